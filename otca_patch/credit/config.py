@@ -1,0 +1,80 @@
+"""The one configuration object of the credit engine (spec sections 1-5)."""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Optional, Sequence
+
+#: Credit modes: the paper's Table 4 ablations plus the peers' baselines (spec section 5).
+MODES = ("otca", "moca", "tcd", "multi_grpo", "gdpo", "sum")
+#: Modes that multiply the combined advantage by TCD's step weights.
+STEP_WEIGHTED_MODES = frozenset({"otca", "tcd"})
+
+
+@dataclass
+class CreditConfig:
+    """Every option of the OTCA credit rules; defaults are the spec's and must not change.
+
+    Attributes:
+        mode: one of ``MODES``; ``otca`` (TCD x MOCA) by default.
+        w_min: the smallest step weight, in [0, 1]; 1 gives uniform weights.
+        eps: smoothing of step shares and of the exploration strength's std.
+        adv_eps: added to the group std when normalising rewards (DanceGRPO's 1e-8).
+        std_correction: Bessel correction of every std (1 = unbiased, as ``torch.std``).
+        explore: MOCA's exploration bias beta (>= 0); 0 is the pure minimum-norm fusion.
+        objective_weights: s_k per objective (length K, >= 0); ``None`` means all ones.
+    """
+
+    mode: str = "otca"
+    w_min: float = 0.5
+    eps: float = 1e-6
+    adv_eps: float = 1e-8
+    std_correction: int = 1
+    explore: float = 1.0
+    objective_weights: Optional[Sequence[float]] = field(default=None)
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"mode: unknown credit mode {self.mode!r}; valid modes are {', '.join(MODES)}")
+        _check_finite("w_min", self.w_min)
+        if not 0.0 <= self.w_min <= 1.0:
+            raise ValueError(f"w_min: must lie in [0, 1], got {self.w_min}")
+        _check_finite("eps", self.eps)
+        if self.eps <= 0:
+            raise ValueError(f"eps: must be > 0 (it keeps step shares defined), got {self.eps}")
+        _check_finite("adv_eps", self.adv_eps)
+        if self.adv_eps < 0:
+            raise ValueError(f"adv_eps: must be >= 0, got {self.adv_eps}")
+        if isinstance(self.std_correction, bool) or int(self.std_correction) != self.std_correction or self.std_correction < 0:
+            raise ValueError(f"std_correction: must be a non-negative integer, got {self.std_correction!r}")
+        self.std_correction = int(self.std_correction)
+        _check_finite("explore", self.explore)
+        if self.explore < 0:
+            raise ValueError(f"explore: must be >= 0, got {self.explore}")
+        if self.objective_weights is not None:
+            weights = tuple(float(w) for w in self.objective_weights)
+            if not weights:
+                raise ValueError("objective_weights: must name at least one weight (or be None for all ones)")
+            bad = [i for i, w in enumerate(weights) if not math.isfinite(w) or w < 0]
+            if bad:
+                raise ValueError(
+                    f"objective_weights: must be finite and >= 0; index {bad[0]} is {weights[bad[0]]}"
+                )
+            self.objective_weights = weights
+
+    @property
+    def step_weighted(self) -> bool:
+        """Whether the mode spreads the combined advantage over steps by TCD's weights."""
+        return self.mode in STEP_WEIGHTED_MODES
+
+    def to_dict(self) -> dict:
+        """Plain-JSON form (for run logs); ``CreditConfig(**d)`` rebuilds it."""
+        data = asdict(self)
+        if data["objective_weights"] is not None:
+            data["objective_weights"] = list(data["objective_weights"])
+        return data
+
+
+def _check_finite(name: str, value: float) -> None:
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+        raise ValueError(f"{name}: must be a finite number, got {value!r}")

@@ -1,0 +1,208 @@
+"""``compute_credit``: rewards ``[B, K]`` and latent trajectories ``[B, T+1, ...]`` to OTCA's
+``[B, T]`` advantages, with every intermediate quantity of spec section 6."""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Optional
+
+import torch
+
+from . import moca, tcd
+from .config import CreditConfig
+from .groups import dense_groups, group_normalize
+
+#: Small per-sample quantities are computed in float64 (cheap at [B, T]) and returned in float32,
+#: the dtype trainers keep their advantages in.
+_WORK = torch.float64
+_OUT = torch.float32
+
+
+@dataclass
+class Credit:
+    """Every quantity of spec section 6 (float32 tensors on the latents' device)."""
+
+    similarity: Optional[torch.Tensor]  # [B, T+1]; None when built from delta_s alone
+    delta_s: torch.Tensor  # [B, T]
+    step_share: torch.Tensor  # [B, T]
+    step_weights: torch.Tensor  # [B, T]
+    objective_advantages: torch.Tensor  # [B, K]
+    trajectory_score: torch.Tensor  # [B]
+    lambdas: torch.Tensor  # [B]
+    mixture: torch.Tensor  # [B, K]
+    combined: torch.Tensor  # [B]
+    advantages: torch.Tensor  # [B, T]
+    mode: str = "otca"
+
+    def tensors(self) -> dict:
+        """The section-6 quantities by name (those present)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)
+                if f.name != "mode" and getattr(self, f.name) is not None}
+
+    def summary(self) -> dict:
+        """Scalars (and short per-step / per-objective lists) for a training log."""
+        adv = self.objective_advantages
+        conflict = (adv.min(dim=-1).values < 0) & (adv.max(dim=-1).values > 0)
+        return {
+            "step_weight_mean_per_step": self.step_weights.mean(dim=0).tolist(),
+            "step_weight_max": float(self.step_weights.max()),
+            "mixture_mean_per_objective": self.mixture.mean(dim=0).tolist(),
+            "objective_advantage_std": adv.std(dim=0, correction=0).tolist(),
+            "conflict_share": float(conflict.float().mean()),
+            "explored_share": float((self.lambdas > 0).float().mean()),
+            "lambda_mean": float(self.lambdas.mean()),
+            "combined_mean": float(self.combined.mean()),
+            "combined_abs_mean": float(self.combined.abs().mean()),
+            "advantage_abs_mean": float(self.advantages.abs().mean()),
+        }
+
+
+def compute_credit(rewards, latents: torch.Tensor, group_ids, config: Optional[CreditConfig] = None,
+                   chunk_bytes: int = tcd.DEFAULT_CHUNK_BYTES) -> Credit:
+    """OTCA credit for a batch of sampled trajectories.
+
+    Args:
+        rewards: ``[B, K]`` raw reward per sample and objective.
+        latents: ``[B, T+1, ...]`` trajectories in sampling order (``z_0`` noise ... ``z_T`` sample),
+            any float dtype; never copied whole to float32.
+        group_ids: ``[B]`` integer group label per sample (groups need not be contiguous).
+        config: the credit rules; ``CreditConfig()`` (mode ``otca``) by default.
+    Returns:
+        ``Credit`` with ``advantages [B, T]`` and every intermediate quantity.
+    Raises:
+        ValueError naming the argument for any malformed input. Inputs are never modified.
+    """
+    config = config if config is not None else CreditConfig()
+    rewards = _check_rewards(rewards)
+    if not isinstance(latents, torch.Tensor):
+        raise ValueError(f"latents: expected a torch.Tensor [B, T+1, ...], got {type(latents).__name__}")
+    if not latents.is_floating_point():
+        raise ValueError(f"latents: expected a floating-point tensor, got dtype {latents.dtype}")
+    if latents.dim() < 2:
+        raise ValueError(f"latents: expected shape [B, T+1, ...], got {tuple(latents.shape)}")
+    if latents.shape[0] != rewards.shape[0]:
+        raise ValueError(f"latents: batch size {latents.shape[0]} does not match rewards' B = {rewards.shape[0]}")
+    if latents.shape[1] < 2:
+        raise ValueError(f"latents: need T+1 >= 2 states per trajectory, got {latents.shape[1]}")
+    if latents[0, 0].numel() == 0:
+        raise ValueError(f"latents: each state must hold at least one value, got shape {tuple(latents.shape)}")
+    group_ids = _check_group_ids(group_ids, rewards.shape[0])
+    _check_objective_weights(config, rewards.shape[1])
+
+    similarity = tcd.similarity_to_final(latents, chunk_bytes=chunk_bytes)
+    if not torch.isfinite(similarity).all():
+        _raise_non_finite_latents(latents)
+    delta_s = tcd.step_progress(similarity.to(_WORK))
+    return _credit(rewards, delta_s, group_ids, config, similarity)
+
+
+def credit_from_progress(rewards, delta_s: torch.Tensor, group_ids, config: Optional[CreditConfig] = None) -> Credit:
+    """The same credit from precomputed per-step progress ``delta_s [B, T]`` (no latents).
+
+    For trainers whose latents live on several processes: each computes its samples' ``delta_s``
+    with ``tcd``, gathers ``rewards``, ``delta_s`` and ``group_ids``, and calls this once.
+    ``similarity`` is then ``None`` in the result.
+    """
+    config = config if config is not None else CreditConfig()
+    rewards = _check_rewards(rewards)
+    if not isinstance(delta_s, torch.Tensor) or delta_s.dim() != 2:
+        raise ValueError(f"delta_s: expected a [B, T] tensor, got {getattr(delta_s, 'shape', type(delta_s).__name__)}")
+    if delta_s.shape[0] != rewards.shape[0] or delta_s.shape[1] < 1:
+        raise ValueError(f"delta_s: shape {tuple(delta_s.shape)} does not fit rewards' B = {rewards.shape[0]} with T >= 1")
+    _check_finite_tensor("delta_s", delta_s)
+    group_ids = _check_group_ids(group_ids, rewards.shape[0])
+    _check_objective_weights(config, rewards.shape[1])
+    return _credit(rewards, delta_s.to(_WORK), group_ids, config, None)
+
+
+def _credit(rewards, delta_s, group_ids, config: CreditConfig, similarity) -> Credit:
+    device = delta_s.device
+    rewards = rewards.to(device=device, dtype=_WORK)
+    index, n_groups = dense_groups(group_ids.to(device))
+    n_objectives = rewards.shape[1]
+    weights = torch.tensor(config.objective_weights or (1.0,) * n_objectives, dtype=_WORK, device=device)
+    corr = config.std_correction
+
+    share = tcd.step_share(delta_s, config.eps)
+    weights_per_step = tcd.step_weights(share, config.w_min)
+    advantages_k = moca.objective_advantages(rewards, index, n_groups, weights, corr, config.adv_eps)
+    score = tcd.trajectory_score(share, delta_s)
+    lambdas = moca.exploration_bias(score, advantages_k, index, n_groups, corr, config.eps, config.explore)
+    fused, mixture = moca.min_norm_fusion(advantages_k, lambdas)
+    combined = _combine(config, rewards, weights, advantages_k, fused, index, n_groups)
+    per_step = weights_per_step if config.step_weighted else torch.ones_like(weights_per_step)
+    advantages = per_step * combined.unsqueeze(-1)
+
+    out = lambda t: t.to(_OUT)  # noqa: E731
+    return Credit(
+        similarity=None if similarity is None else out(similarity),
+        delta_s=out(delta_s), step_share=out(share), step_weights=out(weights_per_step),
+        objective_advantages=out(advantages_k), trajectory_score=out(score), lambdas=out(lambdas),
+        mixture=out(mixture), combined=out(combined), advantages=out(advantages), mode=config.mode,
+    )
+
+
+def _combine(config, rewards, weights, advantages_k, fused, index, n_groups) -> torch.Tensor:
+    """The per-sample combined advantage of each mode (spec section 5). ``[B]``."""
+    corr, adv_eps = config.std_correction, config.adv_eps
+    if config.mode == "sum":
+        return group_normalize(rewards @ weights, index, n_groups, corr, adv_eps)
+    if config.mode in ("multi_grpo", "tcd"):
+        return advantages_k.sum(dim=-1)
+    if config.mode == "gdpo":
+        whole_batch = torch.zeros_like(index)
+        return group_normalize(advantages_k.sum(dim=-1), whole_batch, 1, corr, adv_eps)
+    return fused  # moca, otca
+
+
+# ----------------------------------------------------------------------------- input checks
+
+def _check_rewards(rewards) -> torch.Tensor:
+    if not isinstance(rewards, torch.Tensor):
+        try:
+            rewards = torch.as_tensor(rewards, dtype=_WORK)
+        except (TypeError, ValueError, RuntimeError) as exc:
+            raise ValueError(f"rewards: cannot be read as a [B, K] tensor ({exc})") from None
+    if rewards.dim() != 2:
+        raise ValueError(f"rewards: expected shape [B, K], got {tuple(rewards.shape)}")
+    if rewards.shape[0] < 1:
+        raise ValueError("rewards: the batch is empty (B = 0)")
+    if rewards.shape[1] < 1:
+        raise ValueError("rewards: no objectives (K = 0); give at least one reward column")
+    if not (rewards.is_floating_point() or rewards.dtype in (torch.int32, torch.int64)):
+        raise ValueError(f"rewards: expected a numeric tensor, got dtype {rewards.dtype}")
+    _check_finite_tensor("rewards", rewards)
+    return rewards
+
+
+def _check_group_ids(group_ids, batch: int) -> torch.Tensor:
+    if not isinstance(group_ids, torch.Tensor):
+        try:
+            group_ids = torch.as_tensor(group_ids)
+        except (TypeError, ValueError, RuntimeError) as exc:
+            raise ValueError(f"group_ids: cannot be read as a [B] integer tensor ({exc})") from None
+    if group_ids.is_floating_point() or group_ids.is_complex() or group_ids.dtype == torch.bool:
+        raise ValueError(f"group_ids: expected integer labels, got dtype {group_ids.dtype}")
+    if group_ids.dim() != 1 or group_ids.shape[0] != batch:
+        raise ValueError(f"group_ids: expected shape [{batch}] (one label per sample), got {tuple(group_ids.shape)}")
+    return group_ids
+
+
+def _check_objective_weights(config: CreditConfig, n_objectives: int) -> None:
+    if config.objective_weights is not None and len(config.objective_weights) != n_objectives:
+        raise ValueError(
+            f"objective_weights: {len(config.objective_weights)} weights given for K = {n_objectives} objectives"
+        )
+
+
+def _check_finite_tensor(name: str, values: torch.Tensor) -> None:
+    finite = torch.isfinite(values) if values.is_floating_point() else torch.ones_like(values, dtype=torch.bool)
+    if not finite.all():
+        first = tuple(int(i) for i in (~finite).nonzero()[0])
+        raise ValueError(f"{name}: non-finite value {values[first].item()} at index {list(first)}")
+
+
+def _raise_non_finite_latents(latents: torch.Tensor) -> None:
+    """Only reached on the error path, so finite inputs pay no extra pass over the latents."""
+    if not torch.isfinite(latents).all():
+        _check_finite_tensor("latents", latents)
+    raise ValueError("latents: magnitudes overflow float32 when computing cosine similarity; rescale the trajectory")

@@ -1,0 +1,64 @@
+"""Per-group statistics over integer group labels, vectorised (no loop over groups or samples)."""
+from __future__ import annotations
+
+import torch
+
+
+def group_ids_from_size(batch_size: int, group_size: int, device=None) -> torch.Tensor:
+    """Contiguous groups as DanceGRPO lays them out (``repeat_interleave``).
+
+    Returns ``[batch_size]`` int64 labels ``0,0,..,1,1,..``. ``batch_size`` must be a multiple
+    of ``group_size``.
+    """
+    if group_size < 1:
+        raise ValueError(f"group_size: must be >= 1, got {group_size}")
+    if batch_size < 1 or batch_size % group_size:
+        raise ValueError(f"batch_size: {batch_size} is not a positive multiple of group_size {group_size}")
+    return torch.arange(batch_size // group_size, device=device).repeat_interleave(group_size)
+
+
+def dense_groups(group_ids: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """Map arbitrary labels ``[B]`` to ``0..G-1``; returns (index ``[B]``, G)."""
+    _, index = torch.unique(group_ids, return_inverse=True)
+    return index, int(index.max().item()) + 1
+
+
+def _group_sum(values: torch.Tensor, index: torch.Tensor, n_groups: int) -> torch.Tensor:
+    """Sum ``values [B, ...]`` per group -> ``[G, ...]``."""
+    out = values.new_zeros((n_groups,) + tuple(values.shape[1:]))
+    return out.index_add_(0, index, values)
+
+
+def group_mean_std(values: torch.Tensor, index: torch.Tensor, n_groups: int, correction: int):
+    """Per-sample group mean and std of ``values [B, ...]``, broadcast back to ``[B, ...]``.
+
+    The std uses ``correction`` (1 = unbiased); groups with ``count <= correction`` get std 0.
+    Also returns the per-sample group count ``[B]``.
+    """
+    ones = torch.ones(index.shape[0], dtype=values.dtype, device=values.device)
+    counts = _group_sum(ones, index, n_groups)
+    shape = (-1,) + (1,) * (values.dim() - 1)
+    mean = _group_sum(values, index, n_groups) / counts.view(shape)
+    centred = values - mean[index]
+    dof = (counts - correction).clamp(min=0)
+    var = _group_sum(centred * centred, index, n_groups) / dof.clamp(min=1).view(shape)
+    var = torch.where(dof.view(shape) > 0, var, torch.zeros_like(var))
+    return mean[index], var.sqrt()[index], counts[index]
+
+
+def group_normalize(values: torch.Tensor, index: torch.Tensor, n_groups: int, correction: int, adv_eps: float):
+    """``(v - mean_g) / (std_g + adv_eps)`` per group, over ``values [B]`` or ``[B, K]``.
+
+    A group whose values are all equal (per column) gives exactly 0 rather than rounding noise
+    divided by ``adv_eps``; so does a group too small for the std's correction.
+    """
+    mean, std, counts = group_mean_std(values, index, n_groups, correction)
+    normalised = (values - mean) / (std + adv_eps)
+    big = torch.finfo(values.dtype).max
+    shape = (n_groups,) + tuple(values.shape[1:])
+    spread_index = index.view((-1,) + (1,) * (values.dim() - 1)).expand_as(values)
+    highest = values.new_full(shape, -big).scatter_reduce_(0, spread_index, values, "amax")
+    lowest = values.new_full(shape, big).scatter_reduce_(0, spread_index, values, "amin")
+    constant = (highest == lowest)[index]
+    too_small = (counts <= correction).view((-1,) + (1,) * (values.dim() - 1))
+    return torch.where(constant | too_small, torch.zeros_like(normalised), normalised)

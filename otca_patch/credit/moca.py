@@ -1,0 +1,46 @@
+"""Multi-Objective Credit Allocation (spec sections 2-3): per-objective group advantages and their
+minimum-norm fusion in advantage space with the exploration bias for positive samples."""
+from __future__ import annotations
+
+import torch
+
+from .groups import group_mean_std, group_normalize
+
+#: Objectives whose advantages span no more than this are tied: the mixture is uniform (spec 3.5).
+TIE_SPAN = 1e-6
+
+
+def objective_advantages(rewards, index, n_groups, weights, correction, adv_eps):
+    """``A[i, k] = s_k (r - mean_g) / (std_g + adv_eps)``: ``[B, K] -> [B, K]``."""
+    return weights * group_normalize(rewards, index, n_groups, correction, adv_eps)
+
+
+def exploration_bias(score, advantages, index, n_groups, correction, eps, explore):
+    """``lambda = beta * tanh(|q| / (std_g(q) + eps))`` where ``mean_k A > 0``, else 0.
+
+    Args: ``score [B]`` trajectory scores, ``advantages [B, K]``. Returns ``[B]``.
+    """
+    _, spread, _ = group_mean_std(score, index, n_groups, correction)
+    strength = score.abs() / (spread + eps)
+    positive = advantages.mean(dim=-1) > 0
+    return torch.where(positive, explore * torch.tanh(strength), torch.zeros_like(score))
+
+
+def min_norm_fusion(advantages: torch.Tensor, lambdas: torch.Tensor):
+    """Solve ``argmin_{z in [min_k A, max_k A]} z^2 - lambda z`` per sample and the mixture realising it.
+
+    Args: ``advantages [B, K]``, ``lambdas [B]``.
+    Returns: ``combined [B]`` and ``mixture [B, K]`` on the simplex with ``mixture @ A = combined``.
+    """
+    lowest, low_index = advantages.min(dim=-1)  # first index wins a tie
+    highest, high_index = advantages.max(dim=-1)
+    combined = torch.minimum(torch.maximum(lambdas / 2, lowest), highest)
+    span = highest - lowest
+    tied = span <= TIE_SPAN
+    upper_mass = torch.where(tied, torch.zeros_like(span), (combined - lowest) / torch.where(tied, torch.ones_like(span), span))
+    n_objectives = advantages.shape[-1]
+    mixture = torch.zeros_like(advantages)
+    mixture.scatter_add_(1, low_index.unsqueeze(1), (1 - upper_mass).unsqueeze(1))
+    mixture.scatter_add_(1, high_index.unsqueeze(1), upper_mass.unsqueeze(1))
+    uniform = torch.full_like(advantages, 1.0 / n_objectives)
+    return combined, torch.where(tied.unsqueeze(1), uniform, mixture)

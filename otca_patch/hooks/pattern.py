@@ -1,0 +1,82 @@
+"""Structural AST patterns: an anchor is Python source in which ``...`` stands for "anything".
+
+``decoded_image[0].save(...)`` matches that call with any arguments; ``for key in [...]: ...``
+matches the loop with any list and body. Names, attributes and constants must be equal; formatting,
+comments and line numbers never matter, so a reformatted upstream file still matches.
+"""
+from __future__ import annotations
+
+import ast
+from typing import Iterator, Union
+
+_IGNORED_FIELDS = {"ctx", "type_comment", "kind"}
+Node = Union[ast.AST, list, str, int, float, None]
+
+
+def parse_anchor(source: str, statement: bool = False) -> ast.AST:
+    """One statement or expression; a bare expression is returned as an expression unless
+    ``statement`` asks for the statement that consists of it (for insertions around it)."""
+    if source.startswith("def ") and source[4:].strip().isidentifier():
+        return _DefName(source[4:].strip())
+    module = ast.parse(source.strip())
+    if len(module.body) != 1:
+        raise ValueError(f"anchor must be exactly one statement or expression, got {len(module.body)}: {source!r}")
+    stmt = module.body[0]
+    return stmt.value if isinstance(stmt, ast.Expr) and not statement else stmt
+
+
+class _DefName(ast.AST):
+    """``def NAME``: a function definition with that name, whatever its signature and body."""
+
+    _fields = ()
+
+    def __init__(self, name: str):
+        super().__init__()
+        self.name = name
+
+
+def _is_wildcard(node: Node) -> bool:
+    if isinstance(node, ast.Expr):
+        node = node.value
+    return isinstance(node, ast.Constant) and node.value is Ellipsis
+
+
+def matches(pattern: Node, node: Node) -> bool:
+    """Whether ``node`` has the shape of ``pattern`` (``...`` matches any node or any list)."""
+    if isinstance(pattern, _DefName):
+        return isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == pattern.name
+    if _is_wildcard(pattern):
+        return node is not None and not isinstance(node, list)
+    if isinstance(pattern, list):
+        if len(pattern) == 1 and _is_wildcard(pattern[0]):
+            return isinstance(node, list)
+        return isinstance(node, list) and len(pattern) == len(node) and all(map(matches, pattern, node))
+    if isinstance(pattern, ast.AST):
+        if type(pattern) is not type(node):
+            return False
+        return all(matches(getattr(pattern, f, None), getattr(node, f, None))
+                   for f in pattern._fields if f not in _IGNORED_FIELDS)
+    return pattern == node
+
+
+def find(pattern: ast.AST, scope: ast.AST) -> list[tuple[ast.AST, ast.AST, str, int | None]]:
+    """Every node under ``scope`` matching ``pattern``, as ``(node, parent, field, index)``.
+
+    ``index`` is the position in the parent's list field, or ``None`` for a single-node field.
+    Nested functions are searched too; the scope node itself is not a match.
+    """
+    found = []
+    for parent in ast.walk(scope):
+        for field, value in ast.iter_fields(parent):
+            children = value if isinstance(value, list) else [value]
+            for position, child in enumerate(children):
+                if isinstance(child, ast.AST) and matches(pattern, child):
+                    found.append((child, parent, field, position if isinstance(value, list) else None))
+    return found
+
+
+def iter_functions(module: ast.Module, name: str) -> Iterator[ast.AST]:
+    """Top-level or nested function definitions called ``name``."""
+    for node in ast.walk(module):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
+            yield node

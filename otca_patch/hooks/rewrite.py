@@ -1,0 +1,145 @@
+"""Apply a ``TargetSpec`` to upstream source: parse, find every anchor (strict counts), splice in
+the layer's code, and compile under the upstream file name so tracebacks point into upstream."""
+from __future__ import annotations
+
+import ast
+import copy
+from dataclasses import dataclass
+
+from . import pattern
+from .errors import PatchError
+from .spec import MODULE_SCOPE, Hook, TargetSpec
+
+#: The name under which the rewritten code reaches the target's runtime object.
+RUNTIME_NAME = "__otca__"
+_MATCH_NAME = "__match__"
+
+
+@dataclass(frozen=True)
+class HookStatus:
+    """What one hook found in one upstream source (for ``doctor`` and for errors)."""
+
+    hook: Hook
+    found: int
+    problem: str  # "" when the hook holds
+
+    @property
+    def ok(self) -> bool:
+        return not self.problem
+
+
+def rewrite(source: str, spec: TargetSpec, filename: str) -> ast.Module:
+    """The upstream module's AST with every hook of ``spec`` applied, in spec order.
+
+    Each anchor is matched on the tree as rewritten by the hooks before it. Raises ``PatchError``
+    naming the file, function and anchor on the first hook that does not hold.
+    """
+    tree = ast.parse(source, filename=filename)
+    for hook in spec.hooks:
+        matches, problem = _locate(tree, hook)
+        if problem:
+            raise _error(spec, hook, problem)
+        for node, parent, field, index in reversed(matches):  # back to front keeps list indices valid
+            _apply(hook, node, parent, field, index)
+    ast.fix_missing_locations(tree)
+    return tree
+
+
+def compile_target(source: str, spec: TargetSpec, filename: str):
+    """Code object of the rewritten module, compiled under the upstream ``filename``."""
+    return compile(rewrite(source, spec, filename), filename, "exec", dont_inherit=True)
+
+
+def check(source: str, spec: TargetSpec, filename: str = "<upstream>") -> list[HookStatus]:
+    """Every hook's status against ``source``, applying the holding ones as a real run would."""
+    tree = ast.parse(source, filename=filename)
+    statuses = []
+    for hook in spec.hooks:
+        matches, problem = _locate(tree, hook)
+        statuses.append(HookStatus(hook, len(matches), problem))
+        if not problem:
+            for node, parent, field, index in reversed(matches):
+                _apply(hook, node, parent, field, index)
+    return statuses
+
+
+def _locate(tree: ast.Module, hook: Hook):
+    """The hook's matches and a problem description ("" when exactly ``count`` were found)."""
+    if hook.function == MODULE_SCOPE:
+        scope = tree
+    else:
+        functions = list(pattern.iter_functions(tree, hook.function))
+        if not functions:
+            return [], f"function {hook.function!r} is not defined"
+        if len(functions) > 1:
+            return [], f"function {hook.function!r} is defined {len(functions)} times"
+        scope = functions[0]
+    anchor = pattern.parse_anchor(hook.anchor, statement=hook.action != "replace")
+    if hook.within:
+        regions = pattern.find(pattern.parse_anchor(hook.within), scope)
+        if not regions:
+            return [], f"no code matches the enclosing pattern `within = {hook.within}`"
+        matches = [m for region in regions
+                   for m in ([region] if pattern.matches(anchor, region[0]) else []) + pattern.find(anchor, region[0])]
+    else:
+        matches = pattern.find(anchor, scope)
+    if hook.function == MODULE_SCOPE:  # module scope means top-level statements only
+        matches = [m for m in matches if m[1] is tree]
+    if len(matches) != hook.count:
+        found = "not found" if not matches else f"found {len(matches)} times"
+        return matches, f"anchor {found}, expected exactly {hook.count}"
+    if hook.action != "replace" and not all(isinstance(m[0], ast.stmt) for m in matches):
+        return matches, f"action {hook.action} needs a statement anchor, but the anchor matched an expression"
+    return matches, ""
+
+
+def _apply(hook: Hook, node: ast.AST, parent: ast.AST, field: str, index: int | None) -> None:
+    if isinstance(node, ast.expr):  # replaced in place; __match__ stands for the original
+        replacement = _Substitute(node).visit(_parse_expression(hook.code))
+        _locate_like(replacement, node)
+        if index is None:
+            setattr(parent, field, replacement)
+        else:
+            getattr(parent, field)[index] = replacement
+        return
+    statements = ast.parse(hook.code).body
+    for statement in statements:
+        _Substitute(node).visit(statement)
+        _locate_like(statement, node)
+    siblings = getattr(parent, field)
+    if hook.action == "insert_after":
+        siblings[index + 1:index + 1] = statements
+    elif hook.action == "insert_before":
+        siblings[index:index] = statements
+    else:
+        siblings[index:index + 1] = statements
+
+
+def _parse_expression(code: str) -> ast.expr:
+    body = ast.parse(code.strip()).body
+    if len(body) != 1 or not isinstance(body[0], ast.Expr):
+        raise ValueError(f"replacement of an expression anchor must be one expression, got: {code!r}")
+    return body[0].value
+
+
+class _Substitute(ast.NodeTransformer):
+    """Replaces the name ``__match__`` with a copy of the matched node."""
+
+    def __init__(self, matched: ast.AST):
+        self.matched = matched
+
+    def visit_Name(self, node: ast.Name):
+        return copy.deepcopy(self.matched) if node.id == _MATCH_NAME else node
+
+
+def _locate_like(new: ast.AST, old: ast.AST) -> None:
+    """New code reports the anchor's upstream line in tracebacks."""
+    for child in ast.walk(new):
+        if "lineno" in child._attributes:
+            child.lineno, child.end_lineno = old.lineno, old.end_lineno
+            child.col_offset, child.end_col_offset = old.col_offset, old.end_col_offset
+
+
+def _error(spec: TargetSpec, hook: Hook, problem: str) -> PatchError:
+    return PatchError(file=spec.file, function=hook.function, anchor=hook.anchor, problem=problem,
+                      verified_commit=spec.verified_commit, hook=hook.name, spec=spec.path)

@@ -1,0 +1,195 @@
+"""Run DanceGRPO's real FLUX ``train_one_step`` on the CPU with tiny models it builds.
+
+Vanilla (no layer flag) imports the upstream file untouched; with ``--otca`` / ``--otca_observe``
+the file is rewritten by its hook-point spec exactly as a real launch would. Everything that
+decides the numbers (weights, prompts, noise) is seeded after the layer is installed, so vanilla
+and OTCA runs start from the same state and the same arguments print the same numbers.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ..config import OtcaConfig
+from . import environment
+
+UPSTREAM_FILE = "fastvideo/train_grpo_flux.py"
+PROMPTS = ("a red circle on a white background", "a blue square in the snow", "a green triangle at night",
+           "a yellow star over the sea")
+
+
+@dataclass
+class SmokeSizes:
+    """Sizes of one smoke run; small enough for seconds per step on 2 CPU cores."""
+
+    steps: int = 2
+    sampling_steps: int = 6
+    num_generations: int = 4
+    image_size: int = 32  # pixels; latents are image_size / 8, packed 2x2 into 64 channels
+    timestep_fraction: float = 0.6
+    learning_rate: float = 1e-4
+    clip_range: float = 1e-4
+    adv_clip_max: float = 5.0
+    eta: float = 0.3
+    shift: float = 3.0
+    seed: int = 0
+
+
+def upstream_args(sizes: SmokeSizes) -> argparse.Namespace:
+    """The upstream arguments ``train_one_step`` reads, as ``finetune_flux_grpo.sh`` sets them."""
+    return argparse.Namespace(
+        use_group=True, num_generations=sizes.num_generations, w=sizes.image_size, h=sizes.image_size, t=1,
+        sampling_steps=sizes.sampling_steps, shift=sizes.shift, eta=sizes.eta, init_same_noise=True,
+        use_hpsv2=True, use_pickscore=False, timestep_fraction=sizes.timestep_fraction,
+        clip_range=sizes.clip_range, adv_clip_max=sizes.adv_clip_max, gradient_accumulation_steps=sizes.num_generations,
+        ignore_last=True, train_batch_size=1,
+    )
+
+
+def tiny_transformer():
+    from diffusers import FluxTransformer2DModel
+
+    return FluxTransformer2DModel(patch_size=1, in_channels=64, num_layers=1, num_single_layers=1,
+                                  attention_head_dim=16, num_attention_heads=2, joint_attention_dim=32,
+                                  pooled_projection_dim=32, guidance_embeds=True, axes_dims_rope=(4, 4, 8))
+
+
+def tiny_vae():
+    from diffusers import AutoencoderKL
+
+    # four blocks: the 8x downsampling upstream hard-codes; 16 latent channels as FLUX's VAE
+    return AutoencoderKL(in_channels=3, out_channels=3, down_block_types=("DownEncoderBlock2D",) * 4,
+                         up_block_types=("UpDecoderBlock2D",) * 4, block_out_channels=(8, 8, 8, 8),
+                         latent_channels=16, layers_per_block=1, norm_num_groups=4)
+
+
+def upstream_hps_reward(checkpoint: Path, arch: str):
+    """HPSv2 as upstream's ``main`` builds it (hpsv2's open_clip + the ``{'state_dict'}`` file),
+    on the tiny architecture the checkpoint was written with."""
+    from hpsv2.src import open_clip as hps_open_clip
+
+    model, _, preprocess_val = hps_open_clip.create_model_and_transforms(
+        arch, None, precision="fp32", device="cpu", jit=False, force_quick_gelu=False, force_custom_text=False,
+        force_patch_dropout=False, force_image_size=None, pretrained_image=False, image_mean=None,
+        image_std=None, light_augmentation=True, aug_cfg={}, output_dict=True, with_score_predictor=False,
+        with_region_predictor=False)
+    model.load_state_dict(torch.load(checkpoint, map_location="cpu", weights_only=True)["state_dict"])
+    return model.eval(), hps_open_clip.get_tokenizer(arch), preprocess_val
+
+
+def prompt_loader(rank: int, seed: int):
+    """Upstream's loader yields (prompt_embeds [1, L, 32], pooled [1, 32], text_ids [1, 3], captions).
+
+    Captions come as a list: upstream's own collate hands a tuple, which its train_one_step
+    rejects on current torch ("Unsupported caption type") -- an upstream incompatibility.
+    """
+    generator = torch.Generator().manual_seed(10_000 + seed)
+    table = {p: (torch.randn(1, 8, 32, generator=generator), torch.randn(1, 32, generator=generator))
+             for p in PROMPTS}
+    position = rank
+    while True:
+        caption = PROMPTS[position % len(PROMPTS)]
+        embeds, pooled = table[caption]
+        yield embeds.clone(), pooled.clone(), torch.zeros(1, 3), [caption]
+        position += 1
+
+
+def load_upstream(upstream_dir: Path, config: OtcaConfig):
+    """The upstream module: untouched for vanilla, rewritten by the layer otherwise."""
+    path = upstream_dir / UPSTREAM_FILE
+    if not path.is_file():
+        raise SystemExit(f"smoke: {path} does not exist; pass a DanceGRPO checkout")
+    sys.path.insert(0, str(upstream_dir))
+    if config.active:
+        from ..hooks.spec import spec_for_script
+        from ..launch.runner import load_patched_module
+
+        return load_patched_module(str(path), spec_for_script(path), config, "dancegrpo_train_grpo_flux")
+    spec = importlib.util.spec_from_file_location("dancegrpo_train_grpo_flux", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+class TermRecorder:
+    """Test probe (not part of the layer): records each rollout's log-probs and each training call's
+    new log-probs by wrapping the upstream module's functions, so a test can rebuild every loss term."""
+
+    def __init__(self, module):
+        self.rollout_log_probs, self.new_log_probs = [], []
+        sample, grpo = module.sample_reference_model, module.grpo_one_step
+
+        def sample_reference_model(*args, **kwargs):
+            result = sample(*args, **kwargs)
+            self.rollout_log_probs.append(result[2].detach().clone())
+            return result
+
+        def grpo_one_step(*args, **kwargs):
+            new = grpo(*args, **kwargs)
+            self.new_log_probs.append(new.detach().clone())
+            return new
+
+        module.sample_reference_model, module.grpo_one_step = sample_reference_model, grpo_one_step
+
+    def save(self, path: Path) -> None:
+        torch.save({"rollout_log_probs": self.rollout_log_probs,
+                    "new_log_probs": [t.reshape(-1) for t in self.new_log_probs]}, path)
+
+
+def run(upstream_dir: Path, out_dir: Path, config: OtcaConfig, sizes: SmokeSizes, reward_root: Path,
+        record_terms: bool = False) -> dict:
+    environment.check_upstream_packages()
+    environment.stub_flash_attn()
+    rank, world_size = environment.init_process_group()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    os.chdir(out_dir)  # upstream writes ./images/*.png and ./reward.txt here
+    Path("images").mkdir(exist_ok=True)
+
+    from ..rewards import tiny
+
+    reward_root.mkdir(parents=True, exist_ok=True)
+    hps_checkpoint = tiny.build_hpsv2(reward_root)
+    module = load_upstream(upstream_dir.resolve(), config)
+    recorder = TermRecorder(module) if record_terms else None
+
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+    from diffusers.optimization import get_scheduler
+    from fastvideo.utils.fsdp_util import get_dit_fsdp_kwargs
+
+    torch.manual_seed(sizes.seed)  # the same weights for every rank and every mode
+    transformer = tiny_transformer()
+    vae = tiny_vae().eval()
+    reward_model, tokenizer, preprocess_val = upstream_hps_reward(hps_checkpoint, tiny.TINY_HPS_ARCH)
+    with environment.cpu_as_current_device():
+        fsdp_kwargs, _ = get_dit_fsdp_kwargs(transformer, "full", False, False, "fp32")
+        transformer = FSDP(transformer, **fsdp_kwargs)
+    transformer.train()
+    optimizer = torch.optim.AdamW([p for p in transformer.parameters() if p.requires_grad],
+                                  lr=sizes.learning_rate, betas=(0.9, 0.999), weight_decay=1e-4, eps=1e-8)
+    lr_scheduler = get_scheduler("constant", optimizer=optimizer, num_warmup_steps=0, num_training_steps=10**6)
+    args = upstream_args(sizes)
+    loader = prompt_loader(rank, sizes.seed)
+    torch.manual_seed(sizes.seed * 1000 + rank)  # rollout noise and step order: per rank, as upstream seeds
+
+    steps = []
+    for step in range(1, sizes.steps + 1):
+        loss, grad_norm = module.train_one_step(args, torch.device("cpu"), transformer, vae, reward_model, tokenizer,
+                                                optimizer, lr_scheduler, loader, None, 1.0, preprocess_val, None)
+        steps.append({"loss": float(loss), "grad_norm": float(grad_norm)})
+        if rank == 0:
+            print(f"smoke step {step}: loss {loss!r} grad_norm {grad_norm!r}", flush=True)
+    result = {"otca": config.otca, "observe": config.otca_observe, "mode": config.otca_mode if config.active else None,
+              "world_size": world_size, "steps": steps}
+    if recorder is not None:
+        recorder.save(out_dir / f"terms_rank{rank}.pt")
+    if rank == 0:
+        (out_dir / "smoke.json").write_text(json.dumps(result, indent=2))
+    return result

@@ -1,0 +1,81 @@
+"""What an upstream GPU trainer needs to run one step on this CPU machine, and nothing more."""
+from __future__ import annotations
+
+import importlib.machinery
+import importlib.util
+import os
+import socket
+import sys
+import types
+
+import torch
+import torch.distributed as dist
+
+#: Packages DanceGRPO imports beyond otca-patch's own dependencies (the `upstream` extra).
+UPSTREAM_EXTRA = ("peft", "liger_kernel", "einops", "wandb", "cv2", "decord")
+INSTALL_HINT = "pip install -e '.[upstream]'   (from the otca-patch checkout, inside .venv)"
+
+
+def check_upstream_packages() -> None:
+    missing = [name for name in UPSTREAM_EXTRA if importlib.util.find_spec(name) is None]
+    if missing:
+        raise SystemExit(f"smoke: the upstream trainer imports {', '.join(missing)}, which this environment "
+                         f"lacks. Install them with:\n  {INSTALL_HINT}")
+
+
+def stub_flash_attn() -> bool:
+    """Install an import stub for ``flash_attn`` when it is absent (it cannot be built without CUDA).
+
+    DanceGRPO's FLUX path imports it through ``fastvideo.models`` but never calls it; a call
+    raises, so a code path that does need it fails loudly instead of computing something else.
+    """
+    if importlib.util.find_spec("flash_attn") is not None:
+        return False
+
+    def unavailable(*_args, **_kwargs):
+        raise RuntimeError("flash_attn is an import stub in this CPU smoke run; this code path needs CUDA")
+
+    root = types.ModuleType("flash_attn")
+    root.__path__ = []  # a package, so `flash_attn.bert_padding` resolves
+    # a spec, because libraries probe with importlib.util.find_spec (no distribution metadata, so
+    # transformers still reports flash attention as unavailable)
+    root.__spec__ = importlib.machinery.ModuleSpec("flash_attn", None, is_package=True)
+    for name in ("flash_attn_varlen_qkvpacked_func", "flash_attn_func", "flash_attn_varlen_func"):
+        setattr(root, name, unavailable)
+    padding = types.ModuleType("flash_attn.bert_padding")
+    padding.__spec__ = importlib.machinery.ModuleSpec("flash_attn.bert_padding", None)
+    padding.pad_input = padding.unpad_input = unavailable
+    root.bert_padding = padding
+    sys.modules.update({"flash_attn": root, "flash_attn.bert_padding": padding})
+    return True
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def init_process_group() -> tuple[int, int]:
+    """A gloo group: torchrun's world when launched by it, else a world of one on loopback."""
+    defaults = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1"}
+    for key, value in defaults.items():
+        os.environ.setdefault(key, value)
+    os.environ.setdefault("MASTER_PORT", str(_free_port()))
+    os.environ.setdefault("WANDB_MODE", "disabled")
+    if not dist.is_initialized():
+        dist.init_process_group("gloo")
+    return dist.get_rank(), dist.get_world_size()
+
+
+class cpu_as_current_device:
+    """Upstream's FSDP helpers ask ``torch.cuda.current_device()``; on this machine that is the CPU."""
+
+    def __enter__(self):
+        self._saved = torch.cuda.current_device
+        torch.cuda.current_device = lambda: torch.device("cpu")
+        return self
+
+    def __exit__(self, *exc):
+        torch.cuda.current_device = self._saved
+        return False

@@ -1,0 +1,1 @@
+"""One module per upstream script: the runtime that its hook-point spec's inserted code calls."""
