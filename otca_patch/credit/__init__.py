@@ -1,10 +1,23 @@
-"""OTCA's credit math: pure tensor functions, no knowledge of any trainer (see ../shared/otca-spec.md)."""
-from .config import MODES, STEP_WEIGHTED_MODES, CreditConfig
-from .engine import Credit, compute_credit, credit_from_progress
-from .groups import group_ids_from_size
-from .tcd import similarity_to_final, step_progress
+"""OTCA's credit math: pure tensor functions, no knowledge of any trainer (see ../shared/otca-spec.md).
 
-__all__ = [
-    "MODES", "STEP_WEIGHTED_MODES", "CreditConfig", "Credit", "compute_credit", "credit_from_progress",
-    "group_ids_from_size", "similarity_to_final", "step_progress",
-]
+``CreditConfig`` and ``MODES`` import without torch (flag parsing in every launched process stays
+cheap); the tensor functions load on first use.
+"""
+from .config import MODES, STEP_WEIGHTED_MODES, CreditConfig
+
+_LAZY = {
+    "Credit": "engine", "compute_credit": "engine", "credit_from_progress": "engine",
+    "group_ids_from_size": "groups", "similarity_to_final": "tcd", "step_progress": "tcd",
+}
+
+__all__ = ["MODES", "STEP_WEIGHTED_MODES", "CreditConfig", *_LAZY]
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -11,9 +11,12 @@ MODES = ("otca", "moca", "tcd", "multi_grpo", "gdpo", "sum")
 STEP_WEIGHTED_MODES = frozenset({"otca", "tcd"})
 
 
-@dataclass
+@dataclass(frozen=True)
 class CreditConfig:
     """Every option of the OTCA credit rules; defaults are the spec's and must not change.
+
+    Frozen: it is validated once, when built, so it cannot be changed into an invalid state later
+    (``dataclasses.replace`` builds a new, validated one).
 
     Attributes:
         mode: one of ``MODES``; ``otca`` (TCD x MOCA) by default.
@@ -47,7 +50,7 @@ class CreditConfig:
             raise ValueError(f"adv_eps: must be >= 0, got {self.adv_eps}")
         if isinstance(self.std_correction, bool) or int(self.std_correction) != self.std_correction or self.std_correction < 0:
             raise ValueError(f"std_correction: must be a non-negative integer, got {self.std_correction!r}")
-        self.std_correction = int(self.std_correction)
+        object.__setattr__(self, "std_correction", int(self.std_correction))
         _check_finite("explore", self.explore)
         if self.explore < 0:
             raise ValueError(f"explore: must be >= 0, got {self.explore}")
@@ -60,7 +63,7 @@ class CreditConfig:
                 raise ValueError(
                     f"objective_weights: must be finite and >= 0; index {bad[0]} is {weights[bad[0]]}"
                 )
-            self.objective_weights = weights
+            object.__setattr__(self, "objective_weights", weights)
 
     @property
     def step_weighted(self) -> bool:

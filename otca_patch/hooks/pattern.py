@@ -41,6 +41,10 @@ def _is_wildcard(node: Node) -> bool:
     return isinstance(node, ast.Constant) and node.value is Ellipsis
 
 
+def _is_any_arguments(call: ast.Call) -> bool:
+    return len(call.args) == 1 and _is_wildcard(call.args[0]) and not call.keywords
+
+
 def matches(pattern: Node, node: Node) -> bool:
     """Whether ``node`` has the shape of ``pattern`` (``...`` matches any node or any list)."""
     if isinstance(pattern, _DefName):
@@ -54,6 +58,8 @@ def matches(pattern: Node, node: Node) -> bool:
     if isinstance(pattern, ast.AST):
         if type(pattern) is not type(node):
             return False
+        if isinstance(pattern, ast.Call) and _is_any_arguments(pattern):  # f(...): any args and keywords
+            return matches(pattern.func, node.func)
         return all(matches(getattr(pattern, f, None), getattr(node, f, None))
                    for f in pattern._fields if f not in _IGNORED_FIELDS)
     return pattern == node

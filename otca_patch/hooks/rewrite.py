@@ -88,8 +88,6 @@ def _locate(tree: ast.Module, hook: Hook):
     if len(matches) != hook.count:
         found = "not found" if not matches else f"found {len(matches)} times"
         return matches, f"anchor {found}, expected exactly {hook.count}"
-    if hook.action != "replace" and not all(isinstance(m[0], ast.stmt) for m in matches):
-        return matches, f"action {hook.action} needs a statement anchor, but the anchor matched an expression"
     return matches, ""
 
 

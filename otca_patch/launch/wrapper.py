@@ -1,0 +1,76 @@
+"""``scripts/otca_run.sh UPSTREAM_LAUNCH.sh [--otca ...] [ARGS]``: run an upstream launch script
+unchanged, with the layer installed in every Python process it starts.
+
+The upstream shell scripts pass fixed arguments to torchrun / accelerate, so the ``--otca*`` flags
+travel in ``$OTCA_PATCH_ARGS`` and the startup hook (``startup/sitecustomize.py``, put first on
+``PYTHONPATH``) turns each targeted trainer process into the layer's worker. Without ``--otca`` or
+``--otca_observe`` the script runs exactly as published: no variable is set, no hook is installed.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import sys
+from pathlib import Path
+
+from ..config import ENV_ARGS, parse_otca_args
+from ..hooks.errors import PatchError
+from ..hooks.rewrite import compile_target
+from ..hooks.spec import load_specs
+from .runner import read_source
+
+STARTUP_DIR = Path(__file__).resolve().parent / "startup"
+
+
+def preflight(launch_script: Path, workdir: Path) -> list[str]:
+    """Check the hook points of every targeted upstream file the launch script names, before any
+    process starts (each worker checks again). Returns the files checked; raises ``PatchError``."""
+    text = launch_script.read_text(errors="replace")
+    checked = []
+    for spec in load_specs():
+        if not re.search(re.escape(spec.file) + r"\b", text):
+            continue
+        path = workdir / spec.file
+        if path.is_file():
+            compile_target(read_source(str(path)), spec, str(path))
+            checked.append(spec.file)
+    return checked
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(__doc__)
+        return 0 if argv else 2
+    launch_script = Path(argv[0])
+    if not launch_script.is_file():
+        print(f"otca_run.sh: error: launch script {launch_script} does not exist", file=sys.stderr)
+        return 2
+    try:
+        config, rest = parse_otca_args(argv[1:])
+    except ValueError as exc:
+        print(f"otca_run.sh: error: {exc}", file=sys.stderr)
+        return 2
+    command = ["bash", str(launch_script), *rest]
+    env = dict(os.environ)
+    if not config.active:
+        print("otca_run.sh: no --otca / --otca_observe: running the upstream script untouched", file=sys.stderr)
+        env.pop(ENV_ARGS, None)
+    else:
+        try:
+            checked = preflight(launch_script, Path.cwd())
+        except PatchError as exc:
+            print(f"otca_run.sh: error: {exc}", file=sys.stderr)
+            return 2
+        env[ENV_ARGS] = shlex.join(config.to_argv())
+        env["PYTHONPATH"] = os.pathsep.join([str(STARTUP_DIR), *filter(None, [env.get("PYTHONPATH")])])
+        print(f"otca_run.sh: layer installed ({env[ENV_ARGS]}); hook points hold in: "
+              f"{', '.join(checked) or 'no targeted file found under the current directory yet'}", file=sys.stderr)
+    sys.stdout.flush()
+    os.execvpe(command[0], command, env)
+    return 0  # not reached
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,203 @@
+"""Tiny randomly initialised reward checkpoints in the published on-disk layouts.
+
+For tests, ``scripts/bench_rewards.py`` and CPU demos: each builder writes files with the same
+names, formats and state-dict keys as the real checkpoints (so they load through the real loading
+code) but with 1-layer, 32-64 wide models at 32x32 pixels. Nothing is downloaded; scores are
+meaningless but deterministic for a given seed.
+
+``build_all(root)`` returns ``(checkpoints, options)`` ready for ``RewardSet(names, checkpoints,
+options=options)``.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Dict, Tuple, Union
+
+import torch
+
+#: Architecture names the tiny configs are registered under (open_clip and hpsv2's open_clip).
+TINY_CLIP_ARCH = "otca-tiny-clip"
+TINY_HPS_ARCH = "otca-tiny-hps"
+TINY_IMAGE_SIZE = 32
+
+_TINY_CLIP_CFG = {
+    "embed_dim": 32,
+    "vision_cfg": {"image_size": TINY_IMAGE_SIZE, "layers": 1, "width": 64, "head_width": 32, "patch_size": 16},
+    "text_cfg": {"context_length": 77, "vocab_size": 49408, "width": 32, "heads": 2, "layers": 1},
+}
+
+
+def _register_config(root: Path, name: str, add_model_config) -> None:
+    folder = root / f"configs-{name}"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{name}.json").write_text(json.dumps(_TINY_CLIP_CFG))
+    add_model_config(folder)
+
+
+def register_tiny_open_clip(root: Union[str, Path]) -> str:
+    """Register ``otca-tiny-clip`` with open_clip (configs live under ``root``); returns the name."""
+    import open_clip
+
+    if TINY_CLIP_ARCH not in open_clip.list_models():
+        _register_config(Path(root), TINY_CLIP_ARCH, open_clip.add_model_config)
+    return TINY_CLIP_ARCH
+
+
+def register_tiny_hpsv2(root: Union[str, Path]) -> str:
+    """Register ``otca-tiny-hps`` with hpsv2's vendored open_clip; returns the name."""
+    from .hpsv2 import import_hps_open_clip
+
+    hps_open_clip = import_hps_open_clip()
+    if TINY_HPS_ARCH not in hps_open_clip.list_models():
+        _register_config(Path(root), TINY_HPS_ARCH, hps_open_clip.add_model_config)
+    return TINY_HPS_ARCH
+
+
+def build_clip(root: Union[str, Path], seed: int = 0) -> Path:
+    """``open_clip_model.safetensors`` of a tiny QuickGELU CLIP (the layout of timm/vit_large_patch14_clip_224.openai)."""
+    import open_clip
+    from safetensors.torch import save_file
+
+    from .openclip import quiet_random_init
+
+    root = Path(root)
+    arch = register_tiny_open_clip(root)
+    torch.manual_seed(seed)
+    with quiet_random_init():
+        model = open_clip.create_model(arch, pretrained=None, force_quick_gelu=True)
+    path = root / "clip" / "open_clip_model.safetensors"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(path))
+    return path
+
+
+def build_aesthetic_head(root: Union[str, Path], embed_dim: int = 32, seed: int = 1) -> Path:
+    """``sac+logos+ava1-l14-linearMSE.pth``: the published head widths (D,1024,128,64,16,1), D = ``embed_dim``."""
+    from .heads import LinearHead
+
+    torch.manual_seed(seed)
+    head = LinearHead([embed_dim, 1024, 128, 64, 16, 1])
+    path = Path(root) / "aesthetic" / "sac+logos+ava1-l14-linearMSE.pth"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(head.state_dict(), path)
+    return path
+
+
+def build_hpsv2(root: Union[str, Path], seed: int = 2) -> Path:
+    """``HPS_v2.1_compressed.pt``: ``{'state_dict': ...}`` of a tiny hpsv2 open_clip CLIP."""
+    root = Path(root)
+    arch = register_tiny_hpsv2(root)
+    from .hpsv2 import import_hps_open_clip
+
+    hps_open_clip = import_hps_open_clip()
+    torch.manual_seed(seed)
+    model = hps_open_clip.create_model(arch, pretrained=None, precision="fp32", device="cpu")
+    path = root / "hpsv2" / "HPS_v2.1_compressed.pt"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save({"state_dict": model.state_dict()}, path)
+    return path
+
+
+def _clip_bpe_files(folder: Path) -> Tuple[Path, Path]:
+    """vocab.json / merges.txt of OpenAI CLIP's BPE (laion's processor uses it), from open_clip's copy."""
+    import gzip
+
+    import open_clip
+    from transformers.models.clip.tokenization_clip import bytes_to_unicode
+
+    bpe = Path(open_clip.__file__).parent / "bpe_simple_vocab_16e6.txt.gz"
+    lines = gzip.open(bpe).read().decode("utf-8").split("\n")
+    merges = lines[1:49152 - 256 - 2 + 1]
+    byte_tokens = list(bytes_to_unicode().values())
+    tokens = byte_tokens + [t + "</w>" for t in byte_tokens] + ["".join(m.split()) for m in merges]
+    tokens += ["<|startoftext|>", "<|endoftext|>"]
+    folder.mkdir(parents=True, exist_ok=True)
+    vocab, merges_file = folder / "vocab.json", folder / "merges.txt"
+    vocab.write_text(json.dumps({t: i for i, t in enumerate(tokens)}), encoding="utf-8")
+    merges_file.write_text("#version: 0.2\n" + "\n".join(merges) + "\n", encoding="utf-8")
+    return vocab, merges_file
+
+
+def build_pickscore(root: Union[str, Path], seed: int = 3) -> Tuple[Path, Path]:
+    """(PickScore_v1-layout model folder, CLIP-ViT-H-14-laion processor-layout folder)."""
+    from transformers import CLIPConfig, CLIPImageProcessor, CLIPModel, CLIPProcessor, CLIPTokenizerFast
+
+    root = Path(root)
+    model_dir, proc_dir = root / "PickScore_v1", root / "CLIP-ViT-H-14-laion2B-s32B-b79K"
+    config = CLIPConfig(
+        text_config=dict(vocab_size=49408, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                         num_attention_heads=2, max_position_embeddings=77, bos_token_id=49406,
+                         eos_token_id=49407, pad_token_id=49407),
+        vision_config=dict(image_size=TINY_IMAGE_SIZE, patch_size=16, hidden_size=32, intermediate_size=64,
+                           num_hidden_layers=1, num_attention_heads=2),
+        projection_dim=32)
+    torch.manual_seed(seed)
+    CLIPModel(config).eval().save_pretrained(str(model_dir), safe_serialization=True)
+    vocab, merges = _clip_bpe_files(root / "clip-bpe")
+    # The fast tokenizer (tokenizer.json) is what the published laion processor folder ships.
+    tokenizer = CLIPTokenizerFast(vocab_file=str(vocab), merges_file=str(merges), pad_token="<|endoftext|>")
+    image_processor = CLIPImageProcessor(size={"shortest_edge": TINY_IMAGE_SIZE},
+                                         crop_size={"height": TINY_IMAGE_SIZE, "width": TINY_IMAGE_SIZE})
+    CLIPProcessor(image_processor=image_processor, tokenizer=tokenizer).save_pretrained(str(proc_dir))
+    return model_dir, proc_dir
+
+
+_BERT_SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+
+
+def build_imagereward(root: Union[str, Path], seed: int = 4) -> Path:
+    """Folder with ``ImageReward.pt``, ``med_config.json`` and a ``bert-base-uncased/`` tokenizer.
+
+    ImageReward.pt holds ``blip.visual_encoder.*``, ``blip.text_encoder.*``, ``mlp.layers.*`` plus the
+    BLIP projection heads the published file also carries (``blip.vision_proj``/``blip.text_proj``).
+    """
+    from .heads import LinearHead
+    from .imagereward import import_blip_modules
+
+    vit, med = import_blip_modules()
+    folder = Path(root) / "ImageReward"
+    (folder / "bert-base-uncased").mkdir(parents=True, exist_ok=True)
+    letters = [chr(c) for c in range(ord("a"), ord("z") + 1)] + list("0123456789")
+    words = ["a", "cat", "dog", "photo", "of", "the", "red", "blue", "car", "tree", "on", "in"]
+    vocab = _BERT_SPECIALS + words + letters + ["##" + c for c in letters] + list(".,!?'-")
+    (folder / "bert-base-uncased" / "vocab.txt").write_text("\n".join(vocab) + "\n")
+    (folder / "bert-base-uncased" / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": True}))
+    # med_config.json: the published keys, tiny sizes; vocab 30524 = bert-base-uncased + [DEC] + [ENC].
+    med_config = {
+        "architectures": ["BertModel"], "attention_probs_dropout_prob": 0.1, "hidden_act": "gelu",
+        "hidden_dropout_prob": 0.1, "hidden_size": 64, "initializer_range": 0.02, "intermediate_size": 128,
+        "layer_norm_eps": 1e-12, "max_position_embeddings": 64, "model_type": "bert", "num_attention_heads": 2,
+        "num_hidden_layers": 1, "pad_token_id": 0, "type_vocab_size": 2, "vocab_size": 30524,
+        "encoder_width": 64, "add_cross_attention": True,
+    }
+    (folder / "med_config.json").write_text(json.dumps(med_config, indent=2))
+    torch.manual_seed(seed)
+    config = med.BertConfig.from_json_file(str(folder / "med_config.json"))
+    visual = vit.VisionTransformer(img_size=TINY_IMAGE_SIZE, patch_size=16, embed_dim=64, depth=1, num_heads=1)
+    text = med.BertModel(config=config, add_pooling_layer=False)
+    head = LinearHead([64, 1024, 128, 64, 16, 1])
+    state = {f"blip.visual_encoder.{k}": v for k, v in visual.state_dict().items()}
+    state.update({f"blip.text_encoder.{k}": v for k, v in text.state_dict().items()})
+    state.update({f"mlp.{k}": v for k, v in head.state_dict().items()})
+    state.update({"blip.vision_proj.weight": torch.randn(16, 64), "blip.vision_proj.bias": torch.zeros(16),
+                  "blip.text_proj.weight": torch.randn(16, 64), "blip.text_proj.bias": torch.zeros(16)})
+    torch.save(state, folder / "ImageReward.pt")
+    return folder
+
+
+def build_all(root: Union[str, Path], include_imagereward: bool = True) -> Tuple[Dict[str, Path], Dict[str, dict]]:
+    """Every image reward's tiny checkpoint under ``root``: ``(checkpoints, options)`` by reward name."""
+    root = Path(root)
+    clip = build_clip(root)
+    model_dir, proc_dir = build_pickscore(root)
+    checkpoints = {"clip_t": clip, "hpsv2": build_hpsv2(root), "aesthetic": build_aesthetic_head(root),
+                   "pickscore": model_dir}
+    options = {"clip_t": {"model_name": TINY_CLIP_ARCH},
+               "hpsv2": {"arch": TINY_HPS_ARCH},
+               "aesthetic": {"model_name": TINY_CLIP_ARCH, "clip_checkpoint": clip},
+               "pickscore": {"processor": proc_dir}}
+    if include_imagereward:
+        checkpoints["imagereward"] = build_imagereward(root)
+        options["imagereward"] = {}
+    return checkpoints, options

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Run an upstream launch script unchanged, with otca-patch installed in every trainer process:
+#   cd upstream/DanceGRPO
+#   ../../scripts/otca_run.sh scripts/finetune/finetune_flux_grpo.sh --otca --otca_rewards upstream,clip_t ...
+# Without --otca (or --otca_observe) the upstream script runs exactly as published.
+# The Python that torchrun/accelerate use must have otca-patch installed (pip install -e <this repo>);
+# OTCA_PYTHON picks the interpreter (default: python on PATH, else this repo's .venv).
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+python="${OTCA_PYTHON:-}"
+if [ -z "$python" ]; then
+  if command -v python >/dev/null 2>&1 && python -c "import otca_patch" 2>/dev/null; then
+    python=python
+  else
+    python="$here/.venv/bin/python"
+  fi
+fi
+if ! "$python" -c "import otca_patch" 2>/dev/null; then
+  echo "otca_run.sh: $python cannot import otca_patch; install it into the training environment: pip install -e $here" >&2
+  exit 2
+fi
+exec "$python" -m otca_patch.launch.wrapper "$@"

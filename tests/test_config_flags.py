@@ -1,0 +1,55 @@
+"""``OtcaConfig``: one dataclass whose fields are the flags; clear errors; a round trip through argv."""
+import pytest
+
+from otca_patch.config import ENV_ARGS, OtcaConfig, config_from_environment, parse_otca_args
+from otca_patch.credit import CreditConfig
+
+
+def test_flags_are_split_from_upstream_arguments_in_order():
+    config, rest = parse_otca_args(["--seed", "42", "--otca", "--otca_rewards", "upstream,clip_t", "--h", "720",
+                                    "--otca_reward_ckpt", "clip_t=/ckpt/clip.safetensors", "--otca_w_min=0.25",
+                                    "--otca_reward_opt", "clip_t.model_name=ViT-B-32,clip_t.quick_gelu=false"])
+    assert rest == ["--seed", "42", "--h", "720"]
+    assert config.otca and config.otca_rewards == ("upstream", "clip_t") and config.otca_w_min == 0.25
+    assert config.otca_reward_ckpt == {"clip_t": "/ckpt/clip.safetensors"}
+    assert config.otca_reward_opt == {"clip_t": {"model_name": "ViT-B-32", "quick_gelu": False}}
+
+
+def test_defaults_are_the_credit_engines():
+    credit = OtcaConfig().credit_config()
+    assert credit == CreditConfig()
+    assert not OtcaConfig().active
+
+
+def test_round_trip_through_argv():
+    config = OtcaConfig(otca=True, otca_mode="moca", otca_rewards=("upstream", "aesthetic"),
+                        otca_objective_weights=(1.0, 0.5), otca_reward_ckpt={"aesthetic": "/a.pth"},
+                        otca_reward_opt={"aesthetic": {"clip_checkpoint": "/c.bin"}}, otca_explore=0.0)
+    again, rest = parse_otca_args(config.to_argv())
+    assert again == config and rest == []
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--otca_wmin", "0.3"], "unknown flag --otca_wmin"),
+    (["--otca_mode", "best"], "invalid otca-patch flags"),
+    (["--otca", "--otca_w_min", "1.5"], "--otca_w_min: must lie in [0, 1]"),
+    (["--otca", "--otca_explore", "-1"], "--otca_explore: must be >= 0"),
+    (["--otca_rewards", "upstream,clip_t", "--otca_objective_weights", "1"], "1 weights for 2 objectives"),
+    (["--otca_rewards", "upstream,upstream"], "objectives repeat"),
+    (["--otca", "--otca_observe"], "exclude each other"),
+    (["--otca_reward_ckpt", "clip_t"], "invalid otca-patch flags"),
+    (["--otca_mode"], "needs a value"),
+])
+def test_bad_flags_name_what_is_wrong(argv, message):
+    with pytest.raises(ValueError) as raised:
+        parse_otca_args(argv)
+    assert message in str(raised.value)
+
+
+def test_environment_flags_are_merged_and_argv_wins(monkeypatch):
+    monkeypatch.setenv(ENV_ARGS, "--otca --otca_mode tcd --otca_w_min 0.2")
+    config, rest = config_from_environment(["--lr", "1", "--otca_mode", "moca"])
+    assert config.otca and config.otca_mode == "moca" and config.otca_w_min == 0.2 and rest == ["--lr", "1"]
+    monkeypatch.setenv(ENV_ARGS, "--otca --lr 1")
+    with pytest.raises(ValueError, match="not otca-patch flags"):
+        config_from_environment([])

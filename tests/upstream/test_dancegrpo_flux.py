@@ -1,0 +1,162 @@
+"""DanceGRPO's real FLUX ``train_one_step`` on the CPU, rewritten by the layer (``pytest -m upstream``)."""
+import shutil
+
+import pytest
+import torch
+
+from otca_patch.config import ENV_ARGS
+from otca_patch.credit import CreditConfig, credit_from_progress
+from otca_patch.launch.wrapper import STARTUP_DIR
+
+from .conftest import run_smoke
+
+pytestmark = pytest.mark.upstream
+
+STEPS = ["--steps", "2"]
+
+
+@pytest.fixture(scope="module")
+def runs(dancegrpo, tmp_path_factory):
+    """The runs several tests compare, made once."""
+    root = tmp_path_factory.mktemp("flux")
+    made = {}
+
+    def get(name, *flags, **options):
+        if name not in made:
+            made[name] = run_smoke(dancegrpo, root / name, *flags, **options)
+        return made[name]
+
+    return get
+
+
+def test_vanilla_parity_with_the_layer_present_but_not_asked_for(runs):
+    vanilla = runs("vanilla", *STEPS, "--record_terms")
+    present = runs("present", *STEPS, env={ENV_ARGS: "--otca_mode tcd", "PYTHONPATH": str(STARTUP_DIR)})
+    assert present.losses == vanilla.losses and present.grad_norms == vanilla.grad_norms
+    assert not (present.out / "run_log.jsonl").exists()
+
+
+def test_observe_mode_trains_bit_identically_and_logs_the_credit(runs):
+    vanilla = runs("vanilla", *STEPS, "--record_terms")
+    observed = runs("observe", *STEPS, "--otca_observe")
+    assert observed.losses == vanilla.losses and observed.grad_norms == vanilla.grad_norms
+    assert [r["objectives"] for r in observed.log] == [["upstream", "clip_t"]] * 2
+    for record in observed.log:  # the trainer used upstream's broadcast advantage
+        used = torch.tensor(record["advantages"])
+        assert torch.equal(used, torch.tensor(record["upstream_advantages"])[:, None].expand_as(used))
+
+
+def test_sum_mode_over_upstreams_reward_equals_vanilla(runs):
+    vanilla = runs("vanilla", *STEPS, "--record_terms")
+    summed = runs("sum", *STEPS, "--otca", "--otca_mode", "sum", "--otca_rewards", "upstream")
+    for ours, theirs in zip(summed.grad_norms, vanilla.grad_norms):
+        assert ours == pytest.approx(theirs, rel=1e-6)
+    # GRPO's loss is a sum of terms that cancel (advantages have zero mean in a group), so "relative"
+    # means relative to the size of its terms, not to the near-zero sum
+    record = summed.log[0]
+    scale = _vanilla_terms(vanilla, None, torch.tensor(record["trained_steps"]),
+                           torch.tensor(record["upstream_advantages"], dtype=torch.float64)).abs().sum().item()
+    assert summed.losses[0] == pytest.approx(vanilla.losses[0], abs=1e-6 * scale)
+    assert torch.allclose(torch.tensor(record["combined"]), torch.tensor(record["upstream_advantages"]),
+                          rtol=1e-6, atol=1e-7)
+
+
+def _vanilla_terms(run, step_weights=None, trained_steps=None, advantages=None, gas=4):
+    """Rebuild upstream's loss from the recorded log-probs: sum over (sample, column) of
+    max(-A r, -A clip(r)) / (gas * train_timesteps), as upstream's train_one_step computes it."""
+    terms = run.terms[0]
+    old = terms["rollout_log_probs"][0].double()  # [B, S], first step only
+    new = torch.stack(terms["new_log_probs"]).double()  # calls in order: sample-major, then column
+    batch = old.shape[0]
+    train_timesteps = trained_steps.shape[1]
+    new = new[:batch * train_timesteps].reshape(batch, train_timesteps)
+    ratio = torch.exp(new - old.gather(1, trained_steps))
+    weights = torch.ones_like(ratio) if step_weights is None else step_weights.gather(1, trained_steps)
+    adv = (advantages[:, None] * weights).clamp(-5.0, 5.0)
+    clipped = ratio.clamp(1 - 1e-4, 1 + 1e-4)
+    per_term = torch.maximum(-adv * ratio, -adv * clipped) / (gas * train_timesteps)
+    return per_term
+
+
+def test_otca_loss_is_vanilla_loss_reweighted_by_the_logged_step_weights(runs):
+    vanilla = runs("vanilla", *STEPS, "--record_terms")
+    tcd = runs("tcd", "--steps", "1", "--record_terms", "--otca", "--otca_mode", "tcd", "--otca_rewards", "upstream")
+    record = tcd.log[0]
+    trained = torch.tensor(record["trained_steps"])
+    upstream_adv = torch.tensor(record["upstream_advantages"], dtype=torch.float64)
+    weights = torch.tensor(record["step_weights"], dtype=torch.float64)
+    # same weights, prompts, noise and step order: the new log-probs of step 1 are bit-identical
+    first = len(tcd.terms[0]["new_log_probs"])
+    assert torch.equal(torch.stack(tcd.terms[0]["new_log_probs"]), torch.stack(vanilla.terms[0]["new_log_probs"][:first]))
+    vanilla_terms = _vanilla_terms(vanilla, None, trained, upstream_adv)
+    assert vanilla_terms.sum().item() == pytest.approx(vanilla.losses[0], abs=1e-6 * vanilla_terms.abs().sum().item())
+    weighted = _vanilla_terms(vanilla, weights, trained, upstream_adv)
+    assert not torch.allclose(weights, torch.ones_like(weights)), "step weights are not all 1 here"
+    assert tcd.losses[0] == pytest.approx(weighted.sum().item(), abs=1e-5 * weighted.abs().sum().item())
+    # term by term, OTCA's loss is the vanilla term times the step weight of the step trained
+    assert torch.allclose(weighted, vanilla_terms * weights.gather(1, trained), rtol=1e-12)
+
+
+def test_logged_advantages_equal_the_credit_engine_on_the_logged_inputs(runs):
+    otca = runs("otca", *STEPS, "--otca")
+    assert [r["step"] for r in otca.log] == [1, 2]
+    for record in otca.log:
+        assert record["objectives"] == ["upstream", "clip_t"] and record["mode"] == "otca"
+        credit = credit_from_progress(torch.tensor(record["rewards"]), torch.tensor(record["delta_s"]),
+                                      torch.tensor(record["group_ids"]), CreditConfig(**record["config"]))
+        kept = torch.tensor(record["advantages"])
+        sampling_steps = len(record["delta_s"][0])
+        assert kept.shape == (4, sampling_steps - 1)
+        assert torch.allclose(kept, credit.advantages[:, :-1], atol=1e-6)
+        assert torch.allclose(torch.tensor(record["step_weights"]), credit.step_weights, atol=1e-6)
+        assert torch.allclose(torch.tensor(record["mixture"]), credit.mixture, atol=1e-6)
+        trained = torch.tensor(record["trained_steps"])
+        assert trained.shape == (4, int((sampling_steps - 1) * 0.6))
+        assert all(len(set(row)) == len(row) for row in trained.tolist()) and trained.max() < sampling_steps - 1
+
+
+def test_two_ranks_get_the_credit_one_process_would_give(dancegrpo, tmp_path):
+    run = run_smoke(dancegrpo, tmp_path / "ranks", "--steps", "1", "--otca", nproc=2)
+    by_rank = {r["rank"]: r for r in run.log if r["step"] == 1}
+    assert sorted(by_rank) == [0, 1] and by_rank[0]["world_size"] == 2
+    gathered = {key: torch.cat([torch.tensor(by_rank[rank][key]) for rank in (0, 1)])
+                for key in ("rewards", "delta_s", "group_ids")}
+    assert gathered["group_ids"].tolist() == [0, 0, 0, 0, 1, 1, 1, 1]  # one prompt per rank
+    credit = credit_from_progress(gathered["rewards"], gathered["delta_s"], gathered["group_ids"],
+                                  CreditConfig(**by_rank[0]["config"]))
+    for rank in (0, 1):
+        rows = slice(4 * rank, 4 * rank + 4)
+        assert torch.allclose(torch.tensor(by_rank[rank]["advantages"]), credit.advantages[rows, :-1], atol=1e-6)
+        assert by_rank[rank]["summary"] == pytest.approx(by_rank[0]["summary"])
+
+
+def test_a_mutated_upstream_file_stops_otca_and_doctor_reports_it(dancegrpo, tmp_path):
+    copy = tmp_path / "DanceGRPO"
+    shutil.copytree(dancegrpo / "fastvideo", copy / "fastvideo")
+    trainer = copy / "fastvideo" / "train_grpo_flux.py"
+    source = trainer.read_text()
+    assert source.count('samples["advantages"] = advantages') == 2
+    trainer.write_text(source.replace('samples["advantages"] = advantages', 'samples["advantages"] = advantages * 1', 1))
+    run = run_smoke(copy, tmp_path / "out", "--otca", check=False)
+    assert run.completed.returncode == 2 and run.result is None
+    for part in ("fastvideo/train_grpo_flux.py", "function train_one_step", 'samples["advantages"] = advantages',
+                 "found 1 times, expected exactly 2", "15cc71d53cc2e6e18a68ee607d5fb6ba9a99e344"):
+        assert part in run.completed.stderr
+    import subprocess
+    import sys
+
+    doctor = subprocess.run([sys.executable, "-m", "otca_patch.cli", "doctor", str(copy)], capture_output=True,
+                            text=True, timeout=120)
+    assert doctor.returncode == 1
+    assert "per_step_advantages" in doctor.stdout and "FAIL: anchor found 1 times, expected exactly 2" in doctor.stdout
+    assert "differs from the verified file" in doctor.stdout
+
+
+def test_doctor_passes_on_the_pinned_checkout(dancegrpo):
+    import subprocess
+    import sys
+
+    doctor = subprocess.run([sys.executable, "-m", "otca_patch.cli", "doctor", str(dancegrpo)], capture_output=True,
+                            text=True, timeout=120)
+    assert doctor.returncode == 0, doctor.stdout + doctor.stderr
+    assert "identical to the file the spec was verified on" in doctor.stdout
