@@ -25,8 +25,12 @@ PROMPTS = ("a red circle on a white background", "a blue square in the snow", "a
            "a yellow star over the sea")
 
 
+#: objectives of `--otca` alone: upstream's HPSv2 and a tiny registry CLIP-T
+DEFAULT_REWARDS = ("upstream", "clip_t")
+
+
 @dataclass
-class SmokeSizes:
+class Sizes:
     """Sizes of one smoke run; small enough for seconds per step on 2 CPU cores."""
 
     steps: int = 2
@@ -42,7 +46,7 @@ class SmokeSizes:
     seed: int = 0
 
 
-def upstream_args(sizes: SmokeSizes) -> argparse.Namespace:
+def upstream_args(sizes: Sizes) -> argparse.Namespace:
     """The upstream arguments ``train_one_step`` reads, as ``finetune_flux_grpo.sh`` sets them."""
     return argparse.Namespace(
         use_group=True, num_generations=sizes.num_generations, w=sizes.image_size, h=sizes.image_size, t=1,
@@ -144,7 +148,7 @@ class TermRecorder:
                     "new_log_probs": [t.reshape(-1) for t in self.new_log_probs]}, path)
 
 
-def run(upstream_dir: Path, out_dir: Path, config: OtcaConfig, sizes: SmokeSizes, reward_root: Path,
+def run(upstream_dir: Path, out_dir: Path, config: OtcaConfig, sizes: Sizes, reward_root: Path,
         record_terms: bool = False) -> dict:
     environment.check_upstream_packages()
     environment.stub_flash_attn()
