@@ -1,0 +1,33 @@
+"""The ``otca-patch`` entry point and the built-in credit example."""
+import pytest
+
+from otca_patch.cli import COMMANDS, main
+from otca_patch.credit import CreditConfig, compute_credit
+from otca_patch.credit.example import example_batch
+
+
+def test_usage_and_unknown_command(capsys):
+    assert main([]) == 2
+    assert "usage: otca-patch COMMAND" in capsys.readouterr().out
+    assert main(["frobnicate"]) == 2
+    assert "unknown command 'frobnicate'" in capsys.readouterr().err
+
+
+def test_every_command_module_exists():
+    import importlib.util
+
+    for name, (module, _) in COMMANDS.items():
+        assert importlib.util.find_spec(module) is not None, f"{name}: {module} is missing"
+
+
+def test_credit_example_prints_the_engines_numbers(capsys):
+    assert main(["credit", "--mode", "otca"]) == 0
+    out = capsys.readouterr().out
+    rewards, latents, group_ids = example_batch()
+    credit = compute_credit(rewards, latents, group_ids, CreditConfig())
+    rows = [line for line in out.splitlines() if line.strip()[:1].isdigit() and len(line.split()) == 13]
+    assert len(rows) == 8
+    first = [float(x) for x in rows[0].split()[1:]]
+    assert first[:8] == pytest.approx(credit.step_weights[0].tolist(), abs=0.006)
+    assert first[8:11] == pytest.approx(credit.mixture[0].tolist(), abs=0.006)
+    assert first[11] == pytest.approx(credit.combined[0].item(), abs=0.0006)
