@@ -1,0 +1,1 @@
+"""Offline analysis of finished runs: reading logs, metrics, plots, the comparison report."""

@@ -1,0 +1,59 @@
+"""Per-prompt results of one checkpoint on one prompt set, so an interrupted evaluation resumes.
+
+A cache folder is named by a hash of everything that decides the numbers (the checkpoint file's
+sha256, the base model, the prompts, seed and sampling settings, the reward models); each prompt's
+entry is ``<index>.json`` (written last, atomically: its presence means the entry is complete) and
+``<index>.png`` (the image it scored). Delete an entry and the next run recomputes just that prompt.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+
+def cache_key(settings: dict) -> str:
+    return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def folder_fingerprint(folder: Path) -> list:
+    """(relative path, size) of every file under ``folder``: a base model that changed is noticed
+    without hashing tens of gigabytes; moving the folder does not invalidate the cache."""
+    return sorted([str(p.relative_to(folder)), p.stat().st_size] for p in folder.rglob("*") if p.is_file())
+
+
+class EntryCache:
+    def __init__(self, folder: Path, settings: dict):
+        self.folder = folder
+        folder.mkdir(parents=True, exist_ok=True)
+        settings_file = folder / "settings.json"
+        if not settings_file.exists():
+            _atomic_write(settings_file, json.dumps(settings, indent=1, sort_keys=True, default=str).encode())
+
+    def _json(self, index: int) -> Path:
+        return self.folder / f"{index:05d}.json"
+
+    def get(self, index: int) -> dict | None:
+        try:
+            return json.loads(self._json(index).read_text())
+        except FileNotFoundError:
+            return None
+        except ValueError:  # cannot happen with atomic writes; a hand-edited file is recomputed
+            return None
+
+    def put(self, index: int, entry: dict, image) -> None:
+        if image is not None:
+            tmp = self.folder / f"{index:05d}.png.{os.getpid()}.tmp"
+            image.save(tmp, format="PNG")
+            os.replace(tmp, self.folder / f"{index:05d}.png")
+        _atomic_write(self._json(index), json.dumps(entry).encode())
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)

@@ -1,0 +1,114 @@
+"""`otca-patch eval` with a tiny FLUX pipeline, tiny reward checkpoints and DanceGRPO-layout checkpoints."""
+import json
+import re
+
+import pytest
+import torch
+
+from otca_patch.evaluation.cli import main
+from otca_patch.evaluation.tiny_flux import build_tiny_flux, save_dancegrpo_checkpoint, tiny_transformer
+from otca_patch.rewards import tiny
+
+HEADER = "| checkpoint | CLIP-T | Aesthetic | HPSv2.1 | PickScore | ImageReward |"
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    root = tmp_path_factory.mktemp("eval")
+    base = build_tiny_flux(root / "flux")
+    trained = tiny_transformer(0)
+    with torch.no_grad():
+        for parameter in trained.parameters():
+            parameter.add_(0.2 * torch.randn_like(parameter))
+    save_dancegrpo_checkpoint(trained, root / "outputs", step=10)
+    save_dancegrpo_checkpoint(tiny_transformer(0), root / "outputs", step=20)  # the base weights, unchanged
+    prompts = root / "prompts.txt"
+    prompts.write_text("a red circle on a white background\n\na blue square in the snow\na green star at night\n")
+    # registers the tiny open_clip / hpsv2 architectures in this process (eval runs in-process here)
+    checkpoints, options = tiny.build_all(root / "rewards")
+    ckpt = ",".join(f"{name}={path}" for name, path in checkpoints.items())
+    opt = ",".join(f"{name}.{key}={value}" for name, entries in options.items() for key, value in entries.items())
+    argv = ["--base", str(base), "--prompts", str(prompts), "--reward_ckpt", ckpt, "--reward_opt", opt,
+            "--rewards", "clip_t,aesthetic,hpsv2,pickscore,imagereward", "--batch_size", "2", "--num_steps", "2",
+            "--height", "32", "--width", "32", "--max_sequence_length", "16", "--seed", "7"]
+    return {"root": root, "base": base, "argv": argv}
+
+
+def table_rows(text):
+    rows = [[c.strip() for c in line.strip().strip("|").split("|")] for line in text.splitlines() if line.startswith("| ")]
+    return {cells[0]: [float(c) for c in cells[1:]] for cells in rows if cells[0] != "checkpoint"}
+
+
+def entry_times(cache_root):
+    return {p.relative_to(cache_root): p.stat().st_mtime_ns for p in cache_root.glob("*/*.json")
+            if p.name != "settings.json"}
+
+
+def test_table_one_rows_per_checkpoint_and_a_resumed_run_recomputes_only_what_is_missing(setup, capsys):
+    out = setup["root"] / "run"
+    argv = setup["argv"] + ["--checkpoint", "base", "--checkpoint", str(setup["root"] / "outputs"), "--out", str(out)]
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    assert HEADER in captured.out and "0 cached, 9 to compute" in captured.err
+    first = table_rows(captured.out)
+    assert list(first) == ["base", "checkpoint-10-0", "checkpoint-20-0"]
+    # a checkpoint holding the base weights reproduces the base row; a changed one does not
+    assert first["checkpoint-20-0"] == first["base"]
+    assert first["checkpoint-10-0"] != first["base"]
+    assert (out / "table.md").read_text().startswith(HEADER)
+    results = json.loads((out / "results.json").read_text())
+    assert len(results["checkpoints"]["checkpoint-10-0"]["per_prompt"]) == 3
+
+    cache = out / "cache"
+    before = entry_times(cache)
+    assert len(before) == 9
+    victim = next(p for p in before if p.parent.name.startswith("checkpoint-10-0") and p.name == "00001.json")
+    old_entry = json.loads((cache / victim).read_text())
+    (cache / victim).unlink()
+
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    assert "8 cached, 1 to compute" in captured.err
+    after = entry_times(cache)
+    changed = {p for p in after if after[p] != before.get(p)}
+    assert changed == {victim}
+    new_entry = json.loads((cache / victim).read_text())
+    # alone in its batch now (it was batched with prompt 0): same seed, same image, same scores
+    assert new_entry["seed"] == old_entry["seed"] == 7 + 1
+    for name, value in old_entry["scores"].items():
+        assert new_entry["scores"][name] == pytest.approx(value, rel=1e-4, abs=1e-6)
+    _close(table_rows(captured.out), first)
+
+
+def _close(rows, reference):
+    assert list(rows) == list(reference)
+    for label in rows:
+        assert rows[label] == pytest.approx(reference[label], abs=2e-4), label
+
+
+def test_a_changed_checkpoint_file_gets_a_new_cache(setup, capsys, tmp_path):
+    outputs = tmp_path / "outputs"
+    folder = save_dancegrpo_checkpoint(tiny_transformer(0), outputs, step=5)
+    argv = setup["argv"] + ["--checkpoint", str(folder), "--out", str(tmp_path / "run")]
+    assert main(argv) == 0
+    assert "3 to compute" in capsys.readouterr().err
+    save_dancegrpo_checkpoint(tiny_transformer(1), outputs, step=5)  # overwritten in place
+    assert main(argv) == 0
+    assert "0 cached, 3 to compute" in capsys.readouterr().err
+    assert len(list((tmp_path / "run" / "cache").glob("checkpoint-5-0-*"))) == 2
+
+
+def test_bad_inputs_are_named(setup, capsys, tmp_path):
+    broken = tmp_path / "checkpoint-1-0"
+    broken.mkdir()
+    (broken / "diffusion_pytorch_model.safetensors").write_bytes(b"")
+    assert main(setup["argv"] + ["--checkpoint", str(broken), "--out", str(tmp_path / "o")]) == 2
+    assert re.search(r"checkpoint-1-0: has diffusion_pytorch_model.safetensors but no config.json",
+                     capsys.readouterr().err)
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n\n")
+    argv = [a if a != str(setup["root"] / "prompts.txt") else str(empty) for a in setup["argv"]]
+    assert main(argv + ["--checkpoint", "base", "--out", str(tmp_path / "o")]) == 2
+    assert "no prompts" in capsys.readouterr().err
+    assert main(setup["argv"] + ["--checkpoint", str(tmp_path / "nowhere"), "--out", str(tmp_path / "o")]) == 2
+    assert "no such folder" in capsys.readouterr().err
