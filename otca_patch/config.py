@@ -43,6 +43,11 @@ class OtcaConfig:
     otca_explore: float = _flag("MOCA exploration bias beta (>= 0)", 1.0)
     otca_log_dir: str = _flag("where run_log.jsonl is written", "otca_logs")
     otca_reward_device: str = _flag("device of the registry reward models (default: the trainer's)", "")
+    otca_video_frames: int = _flag("video targets: frames per video (evenly spaced) that image objectives of the "
+                                   "registry score; a video's score is their mean", 4)
+    otca_sync_grads: bool = _flag("DanceGRPO Wan2.1 only: average gradients over ranks before clipping (upstream "
+                                  "wraps the model in neither FSDP nor DDP, DanceGRPO issue #110); needs --otca or "
+                                  "--otca_observe", False)
 
     def __post_init__(self) -> None:
         self.otca_rewards = tuple(self.otca_rewards)
@@ -57,6 +62,10 @@ class OtcaConfig:
                                  f"{len(self.otca_rewards)} objectives ({','.join(self.otca_rewards)})")
         if self.otca and self.otca_observe:
             raise ValueError("--otca and --otca_observe exclude each other: observe trains vanilla")
+        if self.otca_sync_grads and not self.active:
+            raise ValueError("--otca_sync_grads needs --otca or --otca_observe (the fix is installed by the layer)")
+        if self.otca_video_frames < 1:
+            raise ValueError(f"--otca_video_frames: need at least 1 frame, got {self.otca_video_frames}")
         self.credit_config()  # validates every credit option, naming it
 
     @property
@@ -166,6 +175,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: flags that take no value
+_SWITCHES = {f"--{f.name}" for f in fields(OtcaConfig) if f.type in ("bool", bool)}
+
+
 def parse_otca_args(argv: Sequence[str]) -> tuple[OtcaConfig, list[str]]:
     """Split ``argv`` into the layer's flags (as an ``OtcaConfig``) and everything else, in order.
 
@@ -183,7 +196,7 @@ def parse_otca_args(argv: Sequence[str]) -> tuple[OtcaConfig, list[str]]:
             if flag not in known:
                 raise ValueError(f"unknown flag {flag}; otca-patch flags are: {', '.join(sorted(known))}")
             ours.append(token)
-            takes_value = flag not in ("--otca", "--otca_observe") and "=" not in token
+            takes_value = flag not in _SWITCHES and "=" not in token
             if takes_value:
                 if position + 1 >= len(tokens):
                     raise ValueError(f"flag {flag} needs a value")

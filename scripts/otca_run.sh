@@ -2,6 +2,10 @@
 # Run an upstream launch script unchanged, with otca-patch installed in every trainer process:
 #   cd upstream/DanceGRPO
 #   ../../scripts/otca_run.sh scripts/finetune/finetune_flux_grpo.sh --otca --otca_rewards upstream,clip_t ...
+# or a launch command line, unchanged, after --:
+#   cd upstream/flow_grpo
+#   ../../scripts/otca_run.sh --otca --otca_rewards pickscore,ocr -- accelerate launch --config_file \
+#     scripts/accelerate_configs/multi_gpu.yaml scripts/train_sd3.py --config config/grpo.py:general_ocr_sd3
 # Without --otca (or --otca_observe) the upstream script runs exactly as published.
 # The Python that torchrun/accelerate use must have otca-patch installed (pip install -e <this repo>);
 # OTCA_PYTHON picks the interpreter (default: python on PATH, else this repo's .venv).
@@ -9,13 +13,13 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 python="${OTCA_PYTHON:-}"
 if [ -z "$python" ]; then
-  if command -v python >/dev/null 2>&1 && python -c "import otca_patch" 2>/dev/null; then
+  if command -v python >/dev/null 2>&1 && (cd / && python -c "import otca_patch") 2>/dev/null; then
     python=python
   else
     python="$here/.venv/bin/python"
   fi
 fi
-if ! "$python" -c "import otca_patch" 2>/dev/null; then
+if ! (cd / && "$python" -c "import otca_patch") 2>/dev/null; then
   echo "otca_run.sh: $python cannot import otca_patch; install it into the training environment: pip install -e $here" >&2
   exit 2
 fi

@@ -15,7 +15,7 @@ fi
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "setup: installing otca-patch and its pinned dependencies into .venv (first run: several minutes)" >&2
   "$venv/bin/python" -m pip install --quiet --upgrade pip
-  "$venv/bin/python" -m pip install --quiet -e "$repo[dev,upstream]"
+  "$venv/bin/python" -m pip install --quiet -e "$repo[dev,upstream,flowgrpo]"
   # ImageReward pins timm==0.6.13 against open_clip's timm>=1.0.17; its adapter loads the model
   # files itself and needs only the package's model code, so it goes in without its pins.
   "$venv/bin/python" -m pip install --quiet --no-deps image-reward==1.5 fairscale==0.4.13

@@ -1,6 +1,10 @@
 """``scripts/otca_run.sh UPSTREAM_LAUNCH.sh [--otca ...] [ARGS]``: run an upstream launch script
 unchanged, with the layer installed in every Python process it starts.
 
+``scripts/otca_run.sh [--otca ...] -- COMMAND [ARGS]``: the same for a launch command line, e.g.
+FlowGRPO's ``accelerate launch --config_file ... scripts/train_sd3.py --config config/grpo.py:NAME``,
+given unchanged after ``--``.
+
 The upstream shell scripts pass fixed arguments to torchrun / accelerate, so the ``--otca*`` flags
 travel in ``$OTCA_PATCH_ARGS`` and the startup hook (``startup/sitecustomize.py``, put first on
 ``PYTHONPATH``) turns each targeted trainer process into the layer's worker. Without ``--otca`` or
@@ -23,10 +27,11 @@ from .runner import read_source
 STARTUP_DIR = Path(__file__).resolve().parent / "startup"
 
 
-def preflight(launch_script: Path, workdir: Path) -> list[str]:
-    """Check the hook points of every targeted upstream file the launch script names, before any
-    process starts (each worker checks again). Returns the files checked; raises ``PatchError``."""
-    text = launch_script.read_text(errors="replace")
+def preflight(launch_script: Path, workdir: Path, text: str | None = None) -> list[str]:
+    """Check the hook points of every targeted upstream file the launch script (or the command
+    line ``text``) names, before any process starts (each worker checks again). Returns the files
+    checked; raises ``PatchError``."""
+    text = launch_script.read_text(errors="replace") if text is None else text
     checked = []
     for spec in load_specs():
         if not re.search(re.escape(spec.file) + r"\b", text):
@@ -43,23 +48,35 @@ def main(argv=None) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__)
         return 0 if argv else 2
-    launch_script = Path(argv[0])
-    if not launch_script.is_file():
-        print(f"otca_run.sh: error: launch script {launch_script} does not exist", file=sys.stderr)
-        return 2
+    if "--" in argv:  # [--otca ...] -- COMMAND [ARGS]: the command line runs exactly as given
+        split = argv.index("--")
+        flags, command = argv[:split], argv[split + 1:]
+        if not command:
+            print("otca_run.sh: error: nothing to run after --", file=sys.stderr)
+            return 2
+        launch_script, command_text = None, shlex.join(command)
+    else:
+        launch_script, flags, command_text = Path(argv[0]), argv[1:], None
+        if not launch_script.is_file():
+            print(f"otca_run.sh: error: launch script {launch_script} does not exist", file=sys.stderr)
+            return 2
     try:
-        config, rest = parse_otca_args(argv[1:])
+        config, rest = parse_otca_args(flags)
     except ValueError as exc:
         print(f"otca_run.sh: error: {exc}", file=sys.stderr)
         return 2
-    command = ["bash", str(launch_script), *rest]
+    if launch_script is None and rest:
+        print(f"otca_run.sh: error: before -- only otca-patch flags go, got {shlex.join(rest)}", file=sys.stderr)
+        return 2
+    if launch_script is not None:
+        command = ["bash", str(launch_script), *rest]
     env = dict(os.environ)
     if not config.active:
         print("otca_run.sh: no --otca / --otca_observe: running the upstream script untouched", file=sys.stderr)
         env.pop(ENV_ARGS, None)
     else:
         try:
-            checked = preflight(launch_script, Path.cwd())
+            checked = preflight(launch_script, Path.cwd(), command_text)
         except PatchError as exc:
             print(f"otca_run.sh: error: {exc}", file=sys.stderr)
             return 2

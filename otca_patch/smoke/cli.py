@@ -14,6 +14,9 @@ from ..hooks.errors import PatchError
 #: run(upstream_dir, out_dir, config, sizes, reward_root, record_terms) -> dict
 TARGETS = {
     "dancegrpo-flux": "otca_patch.smoke.dancegrpo_flux",
+    "dancegrpo-hunyuan": "otca_patch.smoke.dancegrpo_hunyuan",
+    "dancegrpo-wan": "otca_patch.smoke.dancegrpo_wan",
+    "flowgrpo-sd3": "otca_patch.smoke.flowgrpo_sd3",
 }
 
 
@@ -61,16 +64,16 @@ def main(argv=None) -> int:
     reward_root = out_dir / "tiny_rewards"
     try:
         if config.active:
-            config = with_smoke_defaults(config, argv, reward_root, module.DEFAULT_REWARDS)
+            config = with_smoke_defaults(config, argv, reward_root, module.DEFAULT_REWARDS, module.__name__)
         sizes = module.Sizes(**{f.name: getattr(args, f.name) for f in fields(module.Sizes)})
-        module.run(args.upstream_dir, out_dir, config, sizes, reward_root, record_terms=args.record_terms)
+        module.run(args.upstream_dir.resolve(), out_dir, config, sizes, reward_root, record_terms=args.record_terms)
     except (PatchError, ValueError) as exc:
         print(f"smoke: error: {exc}", file=sys.stderr)
         return 2
     return 0
 
 
-def with_smoke_defaults(config, argv, reward_root: Path, default_rewards: tuple):
+def with_smoke_defaults(config, argv, reward_root: Path, default_rewards: tuple, default_rewards_module: str = ""):
     """--otca alone: the target's default objectives (upstream's reward plus a tiny registry
     CLIP-T); the run log beside the outputs; tiny checkpoints for registry rewards."""
     from ..rewards import tiny
@@ -81,7 +84,10 @@ def with_smoke_defaults(config, argv, reward_root: Path, default_rewards: tuple)
     if not any(a.split("=")[0] == "--otca_log_dir" for a in argv):
         changes["otca_log_dir"] = str(reward_root.parent)
     config = replace(config, **changes)
-    registry = {name.split(".")[0] for name in config.otca_rewards if name != "upstream"} - set(config.otca_reward_ckpt)
+    # a module's is_upstream_objective names the rewards its upstream trainer computes itself
+    is_upstream = getattr(sys.modules.get(default_rewards_module or ""), "is_upstream_objective",
+                          lambda name: name == "upstream")
+    registry = {name.split(".")[0] for name in config.otca_rewards if not is_upstream(name)} - set(config.otca_reward_ckpt)
     if registry - {"clip_t"}:
         raise ValueError(f"the smoke run builds a tiny checkpoint for clip_t only; give "
                          f"{', '.join(sorted(registry - {'clip_t'}))} with --otca_reward_ckpt / --otca_reward_opt")

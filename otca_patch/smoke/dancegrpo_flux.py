@@ -8,10 +8,8 @@ and OTCA runs start from the same state and the same arguments print the same nu
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +17,7 @@ import torch
 
 from ..config import OtcaConfig
 from . import environment
+from .harness import TermRecorder, load_upstream
 
 UPSTREAM_FILE = "fastvideo/train_grpo_flux.py"
 PROMPTS = ("a red circle on a white background", "a blue square in the snow", "a green triangle at night",
@@ -105,49 +104,6 @@ def prompt_loader(rank: int, seed: int):
         position += 1
 
 
-def load_upstream(upstream_dir: Path, config: OtcaConfig):
-    """The upstream module: untouched for vanilla, rewritten by the layer otherwise."""
-    path = upstream_dir / UPSTREAM_FILE
-    if not path.is_file():
-        raise SystemExit(f"smoke: {path} does not exist; pass a DanceGRPO checkout")
-    sys.path.insert(0, str(upstream_dir))
-    if config.active:
-        from ..hooks.spec import spec_for_script
-        from ..launch.runner import load_patched_module
-
-        return load_patched_module(str(path), spec_for_script(path), config, "dancegrpo_train_grpo_flux")
-    spec = importlib.util.spec_from_file_location("dancegrpo_train_grpo_flux", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-class TermRecorder:
-    """Test probe (not part of the layer): records each rollout's log-probs and each training call's
-    new log-probs by wrapping the upstream module's functions, so a test can rebuild every loss term."""
-
-    def __init__(self, module):
-        self.rollout_log_probs, self.new_log_probs = [], []
-        sample, grpo = module.sample_reference_model, module.grpo_one_step
-
-        def sample_reference_model(*args, **kwargs):
-            result = sample(*args, **kwargs)
-            self.rollout_log_probs.append(result[2].detach().clone())
-            return result
-
-        def grpo_one_step(*args, **kwargs):
-            new = grpo(*args, **kwargs)
-            self.new_log_probs.append(new.detach().clone())
-            return new
-
-        module.sample_reference_model, module.grpo_one_step = sample_reference_model, grpo_one_step
-
-    def save(self, path: Path) -> None:
-        torch.save({"rollout_log_probs": self.rollout_log_probs,
-                    "new_log_probs": [t.reshape(-1) for t in self.new_log_probs]}, path)
-
-
 def run(upstream_dir: Path, out_dir: Path, config: OtcaConfig, sizes: Sizes, reward_root: Path,
         record_terms: bool = False) -> dict:
     environment.check_upstream_packages()
@@ -161,8 +117,8 @@ def run(upstream_dir: Path, out_dir: Path, config: OtcaConfig, sizes: Sizes, rew
 
     reward_root.mkdir(parents=True, exist_ok=True)
     hps_checkpoint = tiny.build_hpsv2(reward_root)
-    module = load_upstream(upstream_dir.resolve(), config)
-    recorder = TermRecorder(module) if record_terms else None
+    module = load_upstream(upstream_dir.resolve(), UPSTREAM_FILE, config, "dancegrpo_train_grpo_flux")
+    recorder = TermRecorder(module, log_prob_index=2) if record_terms else None
 
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
     from diffusers.optimization import get_scheduler

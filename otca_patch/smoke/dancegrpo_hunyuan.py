@@ -1,0 +1,190 @@
+"""Run DanceGRPO's real HunyuanVideo ``train_one_step`` on the CPU with tiny models.
+
+What runs for real: upstream's whole ``train_one_step`` (rollout loop, ``flux_step`` SDE sampling and
+log-probs, VAE decode, diffusers' VideoProcessor, ``export_to_video`` to mp4, VQ/MQ group advantages,
+best-of-n selection, step permutation, both PPO losses, FSDP gradient clipping, optimizer steps)
+and upstream's own HunyuanVideo transformer (``fastvideo.models.hunyuan_hf``, tiny config, under FSDP),
+with the layer's hooks when asked. What is stubbed, at the smallest boundaries:
+- ``flash_attn_no_pad`` (a CUDA-only flash-attention kernel) inside that transformer: replaced by
+  ``masked_attention``, the same padded-key attention through ``scaled_dot_product_attention``;
+- VideoAlign's ``inferencer.reward(paths, prompts, use_norm=True)`` (a Qwen2-VL model):
+  ``StubVideoAlign`` re-reads each mp4 upstream wrote and returns deterministic VQ, MQ and TA from
+  its pixels and its prompt, in VideoAlign's return format;
+- the VAE is diffusers' ``AutoencoderKLHunyuanVideo`` (tiny) rather than fastvideo's copy of it.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch.nn import functional as F
+
+from ..config import OtcaConfig
+from . import environment
+from .harness import TermRecorder, cast_inputs_to_weights, load_upstream
+
+UPSTREAM_FILE = "fastvideo/train_grpo_hunyuan.py"
+PROMPTS = ("a red ball rolling on grass", "a blue car driving in the snow", "a green kite in the wind",
+           "a yellow boat on the sea")
+
+#: objectives of `--otca` alone: VideoAlign's VQ, MQ and TA from upstream's own call
+DEFAULT_REWARDS = ("upstream",)
+
+
+def is_upstream_objective(name: str) -> bool:
+    """``upstream`` and ``upstream.vq|mq|ta`` come from upstream's VideoAlign call, not the registry."""
+    return name == "upstream" or name.startswith("upstream.")
+
+
+@dataclass
+class Sizes:
+    """Sizes of one smoke run; small enough for seconds per step on 2 CPU cores."""
+
+    steps: int = 2
+    sampling_steps: int = 6
+    num_generations: int = 4
+    bestofn: int = 4  # upstream's best-of-n; == num_generations keeps every sample
+    vq_coef: float = 1.0
+    mq_coef: float = 1.0
+    image_size: int = 32  # pixels; latents are image_size / 8
+    frames: int = 5  # video frames; latents have (frames - 1) / 4 + 1
+    timestep_fraction: float = 0.6
+    learning_rate: float = 1e-4
+    eta: float = 0.3
+    shift: float = 3.0
+    seed: int = 0
+
+
+def upstream_args(sizes: Sizes) -> argparse.Namespace:
+    """The upstream arguments ``train_one_step`` reads, as ``finetune_hunyuan_grpo.sh`` sets them."""
+    return argparse.Namespace(
+        use_group=True, num_generations=sizes.num_generations, bestofn=sizes.bestofn, vq_coef=sizes.vq_coef,
+        mq_coef=sizes.mq_coef, w=sizes.image_size, h=sizes.image_size, t=sizes.frames, fps=8,
+        sampling_steps=sizes.sampling_steps, shift=sizes.shift, eta=sizes.eta, use_same_noise=True,
+        use_videoalign=True, timestep_fraction=sizes.timestep_fraction, gradient_accumulation_steps=sizes.bestofn,
+    )
+
+
+def masked_attention(qkv, key_padding_mask, causal=False, dropout_p=0.0, softmax_scale=None):
+    """``flash_attn_no_pad`` on the CPU: qkv ``[B, S, 3, H, D]``, key_padding_mask ``[B, S]`` (True =
+    token) -> ``[B, S, H, D]``; padded queries give zeros, as flash-attn's ``pad_input`` leaves them."""
+    if causal or dropout_p:
+        raise NotImplementedError("masked_attention covers the non-causal, dropout-free call upstream makes")
+    query, key, value = (t.transpose(1, 2) for t in qkv.unbind(2))
+    mask = key_padding_mask.bool()
+    out = F.scaled_dot_product_attention(query, key, value, attn_mask=mask[:, None, None, :], scale=softmax_scale)
+    return out.transpose(1, 2) * mask[:, :, None, None].to(out.dtype)
+
+
+class StubVideoAlign:
+    """VideoAlign's ``reward`` interface, scoring the mp4 upstream wrote from its pixels."""
+
+    def reward(self, video_paths, prompts, fps=None, num_frames=None, max_pixels=None, use_norm=True):
+        import cv2
+        import numpy as np
+
+        results = []
+        for path, prompt in zip(video_paths, prompts):
+            capture, frames = cv2.VideoCapture(path), []
+            while True:
+                ok, frame = capture.read()
+                if not ok:
+                    break
+                frames.append(frame[..., ::-1].astype(np.float64) / 255.0)  # BGR -> RGB
+            capture.release()
+            if not frames:
+                raise RuntimeError(f"stub VideoAlign: cannot read {path}")
+            video = np.stack(frames)  # [F, H, W, 3]
+            channel = zlib.crc32(prompt.encode()) % 3  # the prompt's "colour": stable across processes
+            vq = 4.0 * video.std() - 1.0
+            mq = 20.0 * np.abs(np.diff(video, axis=0)).mean() if len(video) > 1 else 0.0
+            ta = 4.0 * (video[..., channel].mean() - video.mean())
+            results.append({"VQ": float(vq), "MQ": float(mq), "TA": float(ta)})
+        for result in results:
+            result["Overall"] = result["VQ"] + result["MQ"] + result["TA"]
+        return results
+
+
+def tiny_transformer():
+    import fastvideo.models.hunyuan_hf.modeling_hunyuan as modeling
+
+    modeling.flash_attn_no_pad = masked_attention
+    return modeling.HunyuanVideoTransformer3DModel(
+        in_channels=16, out_channels=16, num_attention_heads=2, attention_head_dim=16, num_layers=1,
+        num_single_layers=1, num_refiner_layers=1, text_embed_dim=32, pooled_projection_dim=16, rope_axes_dim=(4, 6, 6))
+
+
+def tiny_vae():
+    from diffusers import AutoencoderKLHunyuanVideo
+
+    return AutoencoderKLHunyuanVideo(
+        in_channels=3, out_channels=3, latent_channels=16, down_block_types=("HunyuanVideoDownBlock3D",) * 4,
+        up_block_types=("HunyuanVideoUpBlock3D",) * 4, block_out_channels=(8, 8, 8, 8), layers_per_block=1,
+        norm_num_groups=4, temporal_compression_ratio=4, mid_block_add_attention=False)
+
+
+def prompt_loader(rank: int, seed: int):
+    """Upstream's loader yields (encoder_hidden_states [1, 1 + L, 32] -- the first token carries the
+    pooled projection --, encoder_attention_mask [1, L] with padding, captions as a list)."""
+    generator = torch.Generator().manual_seed(10_000 + seed)
+    table = {p: torch.randn(1, 9, 32, generator=generator) for p in PROMPTS}
+    mask = torch.ones(1, 8, dtype=torch.long)
+    mask[:, 6:] = 0
+    position = rank
+    while True:
+        caption = PROMPTS[position % len(PROMPTS)]
+        yield table[caption].clone(), mask.clone(), [caption]
+        position += 1
+
+
+def run(upstream_dir: Path, out_dir: Path, config: OtcaConfig, sizes: Sizes, reward_root: Path,
+        record_terms: bool = False) -> dict:
+    upstream_dir = upstream_dir.resolve()  # before the chdir below
+    environment.check_upstream_packages()
+    environment.stub_flash_attn()
+    rank, world_size = environment.init_process_group()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    os.chdir(out_dir)  # upstream writes ./videos/*.mp4, ./vq_reward.txt and ./mq_reward.txt here
+    Path("videos").mkdir(exist_ok=True)
+    reward_root.mkdir(parents=True, exist_ok=True)
+    module = load_upstream(upstream_dir, UPSTREAM_FILE, config, "dancegrpo_train_grpo_hunyuan")
+    recorder = TermRecorder(module, log_prob_index=5) if record_terms else None
+
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+    from diffusers.optimization import get_scheduler
+    from fastvideo.utils.fsdp_util import get_dit_fsdp_kwargs
+
+    torch.manual_seed(sizes.seed)  # the same weights for every rank and every mode
+    transformer = tiny_transformer()
+    cast_inputs_to_weights(transformer)
+    vae = tiny_vae().eval()
+    with environment.cpu_as_current_device():
+        fsdp_kwargs, _ = get_dit_fsdp_kwargs(transformer, "full", False, False, "fp32")
+        transformer = FSDP(transformer, **fsdp_kwargs)
+    transformer.train()
+    optimizer = torch.optim.AdamW([p for p in transformer.parameters() if p.requires_grad],
+                                  lr=sizes.learning_rate, betas=(0.9, 0.999), weight_decay=1e-4, eps=1e-8)
+    lr_scheduler = get_scheduler("constant", optimizer=optimizer, num_warmup_steps=0, num_training_steps=10**6)
+    args = upstream_args(sizes)
+    loader = prompt_loader(rank, sizes.seed)
+    torch.manual_seed(sizes.seed * 1000 + rank)  # rollout noise, selection and step order: per rank
+
+    steps = []
+    for step in range(1, sizes.steps + 1):
+        loss, grad_norm = module.train_one_step(args, torch.device("cpu"), transformer, vae, StubVideoAlign(),
+                                                optimizer, lr_scheduler, loader, 1.0, step)
+        steps.append({"loss": float(loss), "grad_norm": float(grad_norm)})
+        if rank == 0:
+            print(f"smoke step {step}: loss {loss!r} grad_norm {grad_norm!r}", flush=True)
+    result = {"otca": config.otca, "observe": config.otca_observe, "mode": config.otca_mode if config.active else None,
+              "world_size": world_size, "steps": steps}
+    if recorder is not None:
+        recorder.save(out_dir / f"terms_rank{rank}.pt")
+    if rank == 0:
+        (out_dir / "smoke.json").write_text(json.dumps(result, indent=2))
+    return result

@@ -1,0 +1,126 @@
+"""Run DanceGRPO's real Wan2.1 ``train_one_step`` on the CPU with tiny models.
+
+What runs for real: upstream's whole ``train_one_step`` (rollout loop with classifier-free guidance,
+``flux_step`` SDE sampling and log-probs, VAE latent de-normalisation, diffusers' VideoProcessor,
+``export_to_video`` to mp4, ``video_first_frame_to_pil`` re-reading the mp4, HPSv2 through hpsv2's
+open_clip on a tiny checkpoint, group advantages, step permutation, PPO loss, gradient clipping,
+optimizer steps), with the layer's hooks when asked. What is stood in: the Wan transformer and VAE
+classes, which diffusers 0.32 lacks (``smoke/wan_standins.py``). Like upstream, the model is wrapped
+in neither FSDP nor DDP; each rank writes a checksum of its weights so tests can see whether the
+replicas stay equal (``--otca_sync_grads``).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ..config import OtcaConfig
+from . import environment, wan_standins
+from .dancegrpo_flux import upstream_hps_reward
+from .harness import TermRecorder, load_upstream
+
+UPSTREAM_FILE = "fastvideo/train_grpo_wan_2_1.py"
+PROMPTS = ("a red ball rolling on grass", "a blue car driving in the snow", "a green kite in the wind",
+           "a yellow boat on the sea")
+
+#: objectives of `--otca` alone: upstream's first-frame HPSv2 and a tiny registry CLIP-T over frames
+DEFAULT_REWARDS = ("upstream", "clip_t")
+
+
+@dataclass
+class Sizes:
+    """Sizes of one smoke run; small enough for seconds per step on 2 CPU cores."""
+
+    steps: int = 2
+    sampling_steps: int = 6
+    num_generations: int = 4
+    image_size: int = 32  # pixels; latents are image_size / 8
+    frames: int = 5  # pixels frames; latents have (frames - 1) / 4 + 1
+    timestep_fraction: float = 0.6
+    learning_rate: float = 1e-3
+    clip_range: float = 1e-4
+    adv_clip_max: float = 5.0
+    eta: float = 0.3
+    shift: float = 3.0
+    cfg_infer: float = 5.0
+    seed: int = 0
+
+
+def upstream_args(sizes: Sizes) -> argparse.Namespace:
+    """The upstream arguments ``train_one_step`` reads, as ``finetune_wan_2_1_grpo.sh`` sets them."""
+    return argparse.Namespace(
+        use_group=True, num_generations=sizes.num_generations, w=sizes.image_size, h=sizes.image_size,
+        t=sizes.frames, sampling_steps=sizes.sampling_steps, shift=sizes.shift, eta=sizes.eta, init_same_noise=True,
+        cfg_infer=sizes.cfg_infer, use_hpsv2=True, timestep_fraction=sizes.timestep_fraction,
+        clip_range=sizes.clip_range, adv_clip_max=sizes.adv_clip_max,
+        gradient_accumulation_steps=sizes.num_generations,
+    )
+
+
+def prompt_embeddings(rank: int, step: int, seed: int):
+    """What upstream's loader hands ``train_one_step``: prompt embeds [1, L, 32], negative embeds
+    [1, L, 32], and the caption as a list (a tuple is rejected by upstream on current torch)."""
+    generator = torch.Generator().manual_seed(10_000 + seed)
+    table = {p: torch.randn(1, 8, 32, generator=generator) for p in PROMPTS}
+    negative = torch.randn(1, 8, 32, generator=generator)
+    caption = PROMPTS[(rank + step) % len(PROMPTS)]
+    return table[caption].clone(), negative.clone(), [caption]
+
+
+def weights_checksum(model: torch.nn.Module) -> float:
+    return float(sum(p.detach().double().sum() for p in model.parameters()))
+
+
+def run(upstream_dir: Path, out_dir: Path, config: OtcaConfig, sizes: Sizes, reward_root: Path,
+        record_terms: bool = False) -> dict:
+    upstream_dir = upstream_dir.resolve()  # before the chdir below
+    environment.check_upstream_packages()
+    environment.stub_flash_attn()
+    wan_standins.install()
+    rank, world_size = environment.init_process_group()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    os.chdir(out_dir)  # upstream writes ./videos/*.mp4 and ./reward.txt here
+    Path("videos").mkdir(exist_ok=True)
+
+    from ..rewards import tiny
+
+    reward_root.mkdir(parents=True, exist_ok=True)
+    hps_checkpoint = tiny.build_hpsv2(reward_root)
+    module = load_upstream(upstream_dir.resolve(), UPSTREAM_FILE, config, "dancegrpo_train_grpo_wan_2_1")
+    recorder = TermRecorder(module, log_prob_index=2) if record_terms else None
+
+    from diffusers.optimization import get_scheduler
+
+    torch.manual_seed(sizes.seed)  # the same weights for every rank and every mode
+    transformer = wan_standins.TinyWanTransformer()
+    vae = wan_standins.TinyWanVae().eval()
+    reward_model, tokenizer, preprocess_val = upstream_hps_reward(hps_checkpoint, tiny.TINY_HPS_ARCH)
+    transformer.train()
+    optimizer = torch.optim.AdamW([p for p in transformer.parameters() if p.requires_grad],
+                                  lr=sizes.learning_rate, betas=(0.9, 0.999), weight_decay=1e-4, eps=1e-8)
+    lr_scheduler = get_scheduler("constant", optimizer=optimizer, num_warmup_steps=0, num_training_steps=10**6)
+    args = upstream_args(sizes)
+    torch.manual_seed(sizes.seed * 1000 + rank)  # rollout noise and step order: per rank, as upstream seeds
+
+    steps = []
+    for step in range(1, sizes.steps + 1):
+        embeds, negative, caption = prompt_embeddings(rank, step, sizes.seed)
+        loss, grad_norm = module.train_one_step(args, torch.device("cpu"), transformer, vae, reward_model, tokenizer,
+                                                optimizer, lr_scheduler, embeds, negative, caption, None, 1.0,
+                                                preprocess_val)
+        steps.append({"loss": float(loss), "grad_norm": float(grad_norm), "weights": weights_checksum(transformer)})
+        if rank == 0:
+            print(f"smoke step {step}: loss {loss!r} grad_norm {grad_norm!r}", flush=True)
+    result = {"otca": config.otca, "observe": config.otca_observe, "mode": config.otca_mode if config.active else None,
+              "sync_grads": config.otca_sync_grads, "world_size": world_size, "steps": steps}
+    if recorder is not None:
+        recorder.save(out_dir / f"terms_rank{rank}.pt")
+    (out_dir / f"weights_rank{rank}.json").write_text(json.dumps([s["weights"] for s in steps]))
+    if rank == 0:
+        (out_dir / "smoke.json").write_text(json.dumps(result, indent=2))
+    return result

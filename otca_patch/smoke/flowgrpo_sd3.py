@@ -1,0 +1,204 @@
+"""Run FlowGRPO's real ``scripts/train_sd3.py`` ``main()`` on the CPU with a tiny SD3 it builds.
+
+Launch it like upstream, with accelerate (gloo on the CPU):
+``accelerate launch --num_processes N scripts/smoke_upstream.py upstream/flow_grpo OUT [--otca ...]``.
+Each process imports the upstream file (untouched for vanilla; rewritten by its hook-point spec
+with ``--otca`` / ``--otca_observe``, exactly as a launched worker does) and runs upstream's
+``main`` through absl's ``app.run`` with ``--config`` pointing at a tiny config
+(``flowgrpo_config.py``: upstream's ``config/base.py`` with small sizes, a two-prompt dataset and
+upstream's own ``jpeg_compressibility`` reward, the one ``multi_score`` reward that needs no
+downloaded model). What is not upstream's: the tiny pipeline folder it loads, the dataset files,
+the config's epoch stop, and a probe (``RecordingAccelerator``) that records each loss, each
+clipped gradient norm and a digest of the trained weights for the tests.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from ..config import OtcaConfig
+
+UPSTREAM_FILE = "scripts/train_sd3.py"
+PROMPTS = ("a red circle on a white background", "a blue square in the snow", "a green triangle at night",
+           "a yellow star over the sea")
+#: objectives of `--otca` alone: upstream's jpeg_compressibility (from its reward dictionary) and a
+#: tiny registry CLIP-T
+DEFAULT_REWARDS = ("jpeg_compressibility", "clip_t")
+
+
+def is_upstream_objective(name: str) -> bool:
+    """Objective names the smoke's upstream reward dictionary provides (no checkpoint to build)."""
+    return name in ("upstream", "avg", "jpeg_compressibility", "upstream.jpeg_compressibility")
+
+
+@dataclass
+class Sizes:
+    """Sizes of one smoke run: seconds per epoch on 2 CPU cores."""
+
+    steps: int = 2  # epochs (sampling + training)
+    num_steps: int = 4  # sampling steps S
+    timestep_fraction: float = 0.75  # trains T = int(S * fraction) steps
+    resolution: int = 16
+    batch_size: int = 4  # per process, for sampling and training
+    num_image_per_prompt: int = 4
+    reward_weight: float = 2.0  # jpeg_compressibility's weight in upstream's avg
+    per_prompt_stat_tracking: int = 1  # 0: upstream's global normalisation (ints: the CLI's flags are typed by default)
+    global_std: int = 0
+    learning_rate: float = 1e-3
+    seed: int = 42
+
+
+def config_overrides(sizes: Sizes, dataset: Path, model: Path) -> dict:
+    """Dotted config keys -> values, over upstream's config/base.py."""
+    return {
+        "seed": sizes.seed, "logdir": "logs", "save_freq": 10**9, "mixed_precision": "no", "allow_tf32": False,
+        "use_lora": True, "dataset": str(dataset), "resolution": sizes.resolution, "prompt_fn": "general_ocr",
+        "pretrained.model": str(model),
+        "sample.num_steps": sizes.num_steps, "sample.eval_num_steps": 2, "sample.guidance_scale": 4.5,
+        "sample.train_batch_size": sizes.batch_size, "sample.num_image_per_prompt": sizes.num_image_per_prompt,
+        "sample.test_batch_size": 2, "sample.num_batches_per_epoch": 1, "sample.global_std": bool(sizes.global_std),
+        "sample.noise_level": 0.7,
+        "train.batch_size": sizes.batch_size, "train.learning_rate": sizes.learning_rate,
+        "train.gradient_accumulation_steps": 1, "train.timestep_fraction": sizes.timestep_fraction,
+        "train.clip_range": 1e-4, "train.adv_clip_max": 5, "train.beta": 0.0, "train.cfg": True,
+        "reward_fn": {"jpeg_compressibility": sizes.reward_weight},
+        "per_prompt_stat_tracking": bool(sizes.per_prompt_stat_tracking),
+    }
+
+
+def _write_once(path: Path, text: str) -> None:
+    """Atomic write (several processes may write the same file)."""
+    partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
+    partial.write_text(text)
+    os.replace(partial, path)
+
+
+def tiny_pipeline(folder: Path) -> Path:
+    """The tiny SD3 folder, built by the first local process; the others wait for it."""
+    from .tiny_sd3 import build_tiny_sd3
+
+    if os.environ.get("LOCAL_RANK", "0") == "0":
+        if not (folder / "model_index.json").is_file():
+            folder.parent.mkdir(parents=True, exist_ok=True)
+            partial = folder.with_name(f"{folder.name}.{os.getpid()}.partial")
+            build_tiny_sd3(partial)
+            os.replace(partial, folder)
+        return folder
+    deadline = time.time() + 600
+    while not (folder / "model_index.json").is_file():
+        if time.time() > deadline:
+            raise SystemExit(f"smoke: {folder} was not built by the first process")
+        time.sleep(0.5)
+    return folder
+
+
+def write_config(out_dir: Path, upstream_dir: Path, sizes: Sizes, model: Path) -> str:
+    """The ``--config`` value: a config file in ``out_dir`` and its JSON settings."""
+    dataset = out_dir / "dataset"
+    dataset.mkdir(parents=True, exist_ok=True)
+    _write_once(dataset / "train.txt", "\n".join(PROMPTS) + "\n")
+    _write_once(dataset / "test.txt", "\n".join(PROMPTS[:2]) + "\n")
+    settings = out_dir / "smoke_config.json"
+    _write_once(settings, json.dumps({"upstream_dir": str(upstream_dir), "epochs": sizes.steps,
+                                      "overrides": config_overrides(sizes, dataset, model)}, indent=2))
+    config_file = out_dir / "smoke_config.py"
+    _write_once(config_file, "from otca_patch.smoke.flowgrpo_config import get_config  # noqa: F401\n")
+    return f"{config_file}:{settings}"
+
+
+def load_upstream(upstream_dir: Path, config: OtcaConfig):
+    """The upstream module (not run as __main__): untouched for vanilla, rewritten by the layer otherwise."""
+    path = upstream_dir / UPSTREAM_FILE
+    if not path.is_file():
+        raise SystemExit(f"smoke: {path} does not exist; pass a FlowGRPO checkout")
+    sys.path.insert(0, str(upstream_dir))  # `import flow_grpo...`, as when run from the checkout
+    if config.active:
+        from ..hooks.spec import spec_for_script
+        from ..launch.runner import load_patched_module
+
+        return load_patched_module(str(path), spec_for_script(path), config, "flowgrpo_train_sd3")
+    spec = importlib.util.spec_from_file_location("flowgrpo_train_sd3", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+class TrainingProbe:
+    """Test probe (not part of the layer): upstream's ``Accelerator`` replaced by a subclass that
+    records every loss passed to ``backward``, every clipped gradient norm, and the prepared model."""
+
+    def __init__(self, module):
+        self.losses, self.grad_norms, self.model = [], [], None
+        probe = self
+
+        class RecordingAccelerator(module.Accelerator):
+            def backward(self, loss, **kwargs):
+                probe.losses.append(float(loss.detach()))
+                return super().backward(loss, **kwargs)
+
+            def clip_grad_norm_(self, parameters, max_norm, norm_type=2):
+                norm = super().clip_grad_norm_(parameters, max_norm, norm_type)
+                probe.grad_norms.append(float(norm))
+                return norm
+
+            def prepare(self, *args, **kwargs):
+                prepared = super().prepare(*args, **kwargs)
+                probe.model = prepared[0]
+                return prepared
+
+        module.Accelerator = RecordingAccelerator
+
+    def weights_digest(self) -> str:
+        digest = hashlib.sha256()
+        for name, parameter in self.model.named_parameters():
+            if parameter.requires_grad:
+                digest.update(name.encode())
+                digest.update(parameter.detach().cpu().contiguous().numpy().tobytes())
+        return digest.hexdigest()
+
+
+#: what FlowGRPO's train_sd3.py imports beyond otca-patch's own dependencies (the `flowgrpo` extra)
+UPSTREAM_EXTRA = ("ml_collections", "absl", "peft", "wandb")
+
+
+def run(upstream_dir: Path, out_dir: Path, config: OtcaConfig, sizes: Sizes, reward_root: Path,
+        record_terms: bool = False) -> dict:
+    missing = [name for name in UPSTREAM_EXTRA if importlib.util.find_spec(name) is None]
+    if missing:
+        raise SystemExit(f"smoke: FlowGRPO's trainer imports {', '.join(missing)}, which this environment lacks: "
+                         f"pip install -e '.[flowgrpo]'")
+    os.environ.setdefault("WANDB_MODE", "disabled")
+    upstream_dir, out_dir = upstream_dir.resolve(), out_dir.resolve()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    # $OTCA_TINY_SD3_DIR: one tiny pipeline folder shared by several runs (tests)
+    model = tiny_pipeline(Path(os.environ.get("OTCA_TINY_SD3_DIR") or reward_root.parent / "tiny_sd3").resolve())
+    config_flag = write_config(out_dir, upstream_dir, sizes, model)
+    os.chdir(out_dir)  # upstream's logs/ go here
+    module = load_upstream(upstream_dir, config)
+    probe = TrainingProbe(module)
+
+    from absl import app
+
+    try:
+        app.run(module.main, argv=[str(upstream_dir / UPSTREAM_FILE), f"--config={config_flag}"])
+    except SystemExit as stop:  # the config's epoch stop; anything else is a failure
+        if stop.code not in (0, None):
+            raise
+    import torch.distributed as dist
+
+    rank, world_size = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
+    result = {"otca": config.otca, "observe": config.otca_observe, "mode": config.otca_mode if config.active else None,
+              "world_size": world_size, "sizes": asdict(sizes), "losses": probe.losses,
+              "grad_norms": probe.grad_norms, "weights_digest": probe.weights_digest()}
+    (out_dir / f"smoke_rank{rank}.json").write_text(json.dumps(result, indent=2))
+    if rank == 0:
+        (out_dir / "smoke.json").write_text(json.dumps(result, indent=2))
+        print(f"smoke: {sizes.steps} epochs, {len(probe.losses)} backward passes, losses {probe.losses}", flush=True)
+    return result

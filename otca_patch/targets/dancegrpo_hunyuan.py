@@ -1,0 +1,111 @@
+"""DanceGRPO ``fastvideo/train_grpo_hunyuan.py`` — the runtime behind ``patches/dancegrpo/train_grpo_hunyuan.toml``.
+
+A map of the upstream file and of what each hook point does there:
+
+``sample_reference_model``  rolls out B videos one at a time, decodes each, writes it to
+    ``./videos/hunyuan_<rank>_<index>.mp4`` and scores it with VideoAlign (``inferencer.reward``), which
+    returns VQ, MQ and TA; upstream keeps VQ and MQ (``-1`` for both when the call fails).
+    hook ``collect_text_alignment`` / ``collect_failed_text_alignment``: keep TA from the same call
+    (``-1`` when it failed, like upstream's VQ and MQ), one value per rollout, in rollout order.
+    hook ``collect_decoded_videos``: keep each decoded video for registry objectives, if any are asked for.
+``train_one_step``  group-normalises VQ and MQ separately (``vq_advantages``, ``mq_advantages`` ``[B]``),
+    ranks the samples by ``vq_coef * vq_adv + mq_coef * mq_adv`` and keeps the ``bestofn // 2`` best and
+    worst (in a shuffled order; all B when ``bestofn == num_generations``), permutes each kept
+    sample's steps with ``perms``, and trains the first ``int((S-1) * timestep_fraction)`` columns with
+    two PPO-clipped losses, ``vq_coef * vq_loss + mq_coef * mq_loss``.
+    hook ``mark_rollout_rows``: ``samples["otca_rows"] = arange(B)``, selected by best-of-n with every
+    other key, so afterwards it names the rollout each kept row came from.
+    hook ``per_step_advantages``: after the selection, the ``[B_kept, K]`` rewards (``upstream.vq``,
+    ``upstream.mq``, ``upstream.ta`` and registry objectives) and TCD's progress on the kept rows of
+    ``all_latents`` are gathered over ranks; the credit is computed once on the kept samples, grouped
+    by the prompt they came from; this rank's ``[B_kept, S-1]`` advantage becomes ``samples["otca_advantages"]``.
+    hook ``permute_advantages_with_steps``: ``"otca_advantages"`` joins the permuted keys.
+    hook ``record_step_order``: remember ``perms`` (the original step of each trained column).
+    hook ``one_loss_on_the_step_advantage``: ``vq_coef * vq_loss + mq_coef * mq_loss`` is replaced by
+    one PPO-clipped loss on the advantage of the step trained, with upstream's ``clip_range``,
+    ``adv_clip_max`` and normaliser; in observe mode upstream's own sum is returned untouched.
+module level  hook ``log_each_step``: ``train_one_step`` is wrapped to write one run-log line per call.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ..config import OtcaConfig
+from ..hooks.spec import TargetSpec
+from .common import STEP_KEY, GrpoRuntime, frames_to_tensor
+
+ROWS_KEY = "otca_rows"
+
+
+def install(config: OtcaConfig, spec: TargetSpec, namespace: dict) -> "HunyuanRuntime":
+    """Called by the runner before the rewritten module executes."""
+    return HunyuanRuntime(config)
+
+
+class HunyuanRuntime(GrpoRuntime):
+    """State of the layer inside one DanceGRPO HunyuanVideo process (one rank)."""
+
+    upstream_columns = ("vq", "mq", "ta")
+
+    def reset(self) -> None:
+        super().reset()
+        self.text_alignment, self.videos, self.prompts = [], [], []
+
+    # ---- hooks: collect_text_alignment, collect_failed_text_alignment (sample_reference_model)
+    def collect_text_alignment(self, value) -> None:
+        """Never raises: an exception here would land in upstream's ``except`` and double its rows."""
+        try:
+            self.text_alignment.append(float(value))
+        except (TypeError, ValueError):
+            self.text_alignment.append(math.nan)
+
+    # ---- hook: collect_decoded_videos (sample_reference_model)
+    def collect_video(self, decoded_video, captions) -> None:
+        if self.objectives.needs_images:
+            self.videos.append(frames_to_tensor(decoded_video))
+            self.prompts.append(captions[0])
+
+    # ---- hook: mark_rollout_rows (train_one_step, before best-of-n)
+    def mark_rows(self, samples: dict) -> None:
+        rewards = samples["vq_rewards"]
+        samples[ROWS_KEY] = torch.arange(rewards.shape[0], device=rewards.device)
+
+    # ---- hook: per_step_advantages (train_one_step, after best-of-n)
+    def assign_advantages(self, samples: dict, all_latents: torch.Tensor, args) -> None:
+        """Sets ``samples["otca_advantages"]`` ``[B_kept, S-1]`` for the rows best-of-n kept."""
+        rows = samples[ROWS_KEY]
+        per_rank = all_latents.shape[0]
+        kept_steps = samples["log_probs"].shape[1]  # S-1: upstream drops the last step
+        if len(self.text_alignment) != per_rank:
+            raise ValueError(f"otca-patch: {len(self.text_alignment)} VideoAlign TA scores for {per_rank} rollouts")
+        text_alignment = torch.tensor(self.text_alignment, dtype=torch.float32)[rows.cpu()]
+        if torch.isnan(text_alignment).any() and "upstream.ta" in self.objectives.names:
+            raise ValueError("otca-patch: VideoAlign's reward() returned no 'TA' score for some videos")
+        upstream = {"vq": samples["vq_rewards"], "mq": samples["mq_rewards"], "ta": text_alignment}
+        videos = torch.stack(self.videos)[rows.cpu()] if self.videos else None
+        prompts = [self.prompts[i] for i in rows.tolist()] if self.prompts else []
+        rewards = self.objectives.video_matrix(upstream, videos, prompts,
+                                               self.config.otca_video_frames).to(all_latents.device)
+        group_ids = self.group_ids(rows, per_rank, args)
+        local, summary = self.credit(rewards, all_latents[rows], group_ids)
+        by_objective = torch.stack([samples["vq_advantages"], samples["mq_advantages"]], dim=1)
+        combined = args.vq_coef * by_objective[:, 0] + args.mq_coef * by_objective[:, 1]
+        if self.config.otca_observe:
+            trained = combined.reshape(-1, 1).expand(-1, kept_steps).clone()
+        else:
+            trained = local["advantages"][:, :kept_steps].to(combined.dtype).contiguous()
+        samples[STEP_KEY] = trained
+        self.record = self.credit_record(local, summary, group_ids, rewards, trained, combined)
+        self.record.update(kept_rows=rows, upstream_objective_advantages=by_objective,
+                           coefficients=[float(args.vq_coef), float(args.mq_coef)])
+
+    # ---- hook: one_loss_on_the_step_advantage (train_one_step, inner loop)
+    def policy_loss(self, upstream_loss, ratio, advantage, clip_range, adv_clip_max, normaliser):
+        """PPO-clipped loss of one column on its OTCA advantage ``[1]``; upstream's loss in observe mode."""
+        if self.config.otca_observe:
+            return upstream_loss
+        advantage = torch.clamp(advantage, -adv_clip_max, adv_clip_max)
+        clipped_ratio = torch.clamp(ratio, 1.0 - clip_range, 1.0 + clip_range)
+        return torch.mean(torch.maximum(-advantage * ratio, -advantage * clipped_ratio)) / normaliser

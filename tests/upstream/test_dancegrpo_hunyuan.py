@@ -1,0 +1,121 @@
+"""DanceGRPO's real HunyuanVideo ``train_one_step`` on the CPU (flash-attention kernel and VideoAlign's
+Qwen2-VL stubbed, see otca_patch/smoke/dancegrpo_hunyuan.py), rewritten by the layer (``pytest -m upstream``)."""
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from otca_patch.credit import CreditConfig, credit_from_progress
+
+from .conftest import ppo_terms, run_smoke
+
+pytestmark = pytest.mark.upstream
+
+HY = ["--target", "dancegrpo-hunyuan"]
+VQ_MQ = ["--otca_rewards", "upstream.vq,upstream.mq"]
+
+
+@pytest.fixture(scope="module")
+def runs(dancegrpo, tmp_path_factory):
+    """The runs several tests compare, made once."""
+    root = tmp_path_factory.mktemp("hunyuan")
+    made = {}
+
+    def get(name, *flags, **options):
+        if name not in made:
+            made[name] = run_smoke(dancegrpo, root / name, *HY, *flags, **options)
+        return made[name]
+
+    return get
+
+
+def vanilla(runs):
+    return runs("vanilla", "--steps", "2", "--record_terms")
+
+
+def test_observe_mode_trains_bit_identically_and_logs_vq_mq_ta(runs):
+    observed = runs("observe", "--steps", "2", "--otca_observe")
+    assert observed.losses == vanilla(runs).losses and observed.grad_norms == vanilla(runs).grad_norms
+    assert [r["objectives"] for r in observed.log] == [["upstream.vq", "upstream.mq", "upstream.ta"]] * 2
+    for record in observed.log:
+        used = torch.tensor(record["advantages"])
+        assert torch.equal(used, torch.tensor(record["upstream_advantages"])[:, None].expand_as(used))
+        assert torch.tensor(record["rewards"])[:, 2].std() > 0  # TA was kept from VideoAlign's call
+
+
+def _upstream_loss_terms(run, record):
+    """Upstream's vq_loss + mq_loss of step 1, term by term, from its two logged advantages."""
+    trained, rows = torch.tensor(record["trained_steps"]), torch.tensor(record["kept_rows"])
+    by_objective = torch.tensor(record["upstream_objective_advantages"], dtype=torch.float64)
+    return sum(coef * ppo_terms(run, trained, by_objective[:, k], rows=rows)
+               for k, coef in enumerate(record["coefficients"]))
+
+
+def test_multi_grpo_on_vq_and_mq_reproduces_upstreams_combined_update(runs):
+    multi = runs("multi", "--steps", "1", "--otca", "--otca_mode", "multi_grpo", *VQ_MQ)
+    record = multi.log[0]
+    assert torch.allclose(torch.tensor(record["combined"]), torch.tensor(record["upstream_advantages"]),
+                          rtol=1e-6, atol=1e-6)
+    assert multi.grad_norms[0] == pytest.approx(vanilla(runs).grad_norms[0], rel=1e-6)
+    scale = _upstream_loss_terms(vanilla(runs), record).abs().sum().item()
+    assert multi.losses[0] == pytest.approx(vanilla(runs).losses[0], abs=1e-6 * scale)
+
+
+def test_otca_loss_is_upstreams_loss_reweighted_by_the_logged_step_weights(runs):
+    tcd = runs("tcd", "--steps", "1", "--record_terms", "--otca", "--otca_mode", "tcd", *VQ_MQ)
+    record = tcd.log[0]
+    trained, rows = torch.tensor(record["trained_steps"]), torch.tensor(record["kept_rows"])
+    weights = torch.tensor(record["step_weights"], dtype=torch.float64)
+    base = vanilla(runs)
+    first = len(tcd.terms[0]["new_log_probs"])  # same weights, noise and order: same log-probs
+    assert torch.equal(torch.stack(tcd.terms[0]["new_log_probs"]), torch.stack(base.terms[0]["new_log_probs"][:first]))
+    upstream_terms = _upstream_loss_terms(base, record)
+    assert upstream_terms.sum().item() == pytest.approx(base.losses[0], abs=1e-6 * upstream_terms.abs().sum().item())
+    combined = torch.tensor(record["upstream_advantages"], dtype=torch.float64)
+    weighted = ppo_terms(base, trained, combined, weights, rows=rows)
+    assert not torch.allclose(weights, torch.ones_like(weights)), "step weights are not all 1 here"
+    assert tcd.losses[0] == pytest.approx(weighted.sum().item(), abs=1e-5 * weighted.abs().sum().item())
+    assert torch.allclose(weighted, upstream_terms * weights.gather(1, trained), rtol=1e-5, atol=1e-12)
+
+
+def test_two_ranks_credit_the_best_of_n_samples_in_their_groups(dancegrpo, tmp_path):
+    run = run_smoke(dancegrpo, tmp_path / "ranks", *HY, "--steps", "1", "--bestofn", "2", "--otca", nproc=2)
+    by_rank = {r["rank"]: r for r in run.log if r["step"] == 1}
+    assert sorted(by_rank) == [0, 1] and by_rank[0]["objectives"] == ["upstream.vq", "upstream.mq", "upstream.ta"]
+    for record in by_rank.values():
+        kept = record["kept_rows"]
+        assert len(kept) == 2 and len(set(kept)) == 2 and max(kept) < 4  # best and worst of 4 rollouts
+        assert torch.tensor(record["advantages"]).shape == (2, len(record["delta_s"][0]) - 1)
+        upstream = torch.tensor(record["upstream_advantages"])
+        assert upstream.max() > upstream.min()  # one of the best and one of the worst
+    gathered = {key: torch.cat([torch.tensor(by_rank[rank][key]) for rank in (0, 1)])
+                for key in ("rewards", "delta_s", "group_ids")}
+    assert gathered["group_ids"].tolist() == [0, 0, 1, 1]  # kept samples stay in their prompt's group
+    credit = credit_from_progress(gathered["rewards"], gathered["delta_s"], gathered["group_ids"],
+                                  CreditConfig(**by_rank[0]["config"]))
+    for rank in (0, 1):
+        rows = slice(2 * rank, 2 * rank + 2)
+        assert torch.allclose(torch.tensor(by_rank[rank]["advantages"]), credit.advantages[rows, :-1], atol=1e-6)
+        assert torch.allclose(torch.tensor(by_rank[rank]["step_weights"]), credit.step_weights[rows], atol=1e-6)
+
+
+def test_a_mutated_upstream_file_stops_otca_and_doctor_reports_it(dancegrpo, tmp_path):
+    copy = tmp_path / "DanceGRPO"
+    shutil.copytree(dancegrpo / "fastvideo", copy / "fastvideo")
+    trainer = copy / "fastvideo" / "train_grpo_hunyuan.py"
+    source = trainer.read_text()
+    anchor = 'final_loss = args.vq_coef*vq_loss + args.mq_coef*mq_loss'
+    assert source.count(anchor) == 1
+    trainer.write_text(source.replace(anchor, 'final_loss = args.vq_coef*vq_loss + 0.5*args.mq_coef*mq_loss', 1))
+    run = run_smoke(copy, tmp_path / "out", *HY, "--otca", check=False)
+    assert run.completed.returncode == 2 and run.result is None
+    for part in ("fastvideo/train_grpo_hunyuan.py", "function train_one_step", "args.vq_coef * vq_loss",
+                 "not found, expected exactly 1", "15cc71d53cc2e6e18a68ee607d5fb6ba9a99e344"):
+        assert part in run.completed.stderr
+    doctor = subprocess.run([sys.executable, "-m", "otca_patch.cli", "doctor", str(copy)], capture_output=True,
+                            text=True, timeout=120)
+    assert doctor.returncode == 1
+    assert "one_loss_on_the_step_advantage" in doctor.stdout and "FAIL: anchor not found" in doctor.stdout
+    assert "train_grpo_hunyuan.py\n  sha256" in doctor.stdout and "differs from the verified file" in doctor.stdout
