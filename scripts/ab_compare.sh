@@ -7,13 +7,5 @@
 # See `scripts/ab_compare.sh --help`. OTCA_PYTHON picks the interpreter, as for otca_run.sh.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-python="${OTCA_PYTHON:-}"
-if [ -z "$python" ]; then
-  # checked from / : `python -c` in this repo would import the package from the current directory only
-  if command -v python >/dev/null 2>&1 && (cd / && python -c "import otca_patch") 2>/dev/null; then
-    python=python
-  else
-    python="$here/.venv/bin/python"
-  fi
-fi
+. "$here/scripts/_python.sh"
 exec "$python" -m otca_patch.ab.cli "$@"

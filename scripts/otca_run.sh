@@ -11,14 +11,7 @@
 # OTCA_PYTHON picks the interpreter (default: python on PATH, else this repo's .venv).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-python="${OTCA_PYTHON:-}"
-if [ -z "$python" ]; then
-  if command -v python >/dev/null 2>&1 && (cd / && python -c "import otca_patch") 2>/dev/null; then
-    python=python
-  else
-    python="$here/.venv/bin/python"
-  fi
-fi
+. "$here/scripts/_python.sh"
 if ! (cd / && "$python" -c "import otca_patch") 2>/dev/null; then
   echo "otca_run.sh: $python cannot import otca_patch; install it into the training environment: pip install -e $here" >&2
   exit 2

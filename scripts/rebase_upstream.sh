@@ -6,12 +6,5 @@
 # See `scripts/rebase_upstream.sh --help`. OTCA_PYTHON picks the interpreter, as for otca_run.sh.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-python="${OTCA_PYTHON:-}"
-if [ -z "$python" ]; then
-  if command -v python >/dev/null 2>&1 && (cd / && python -c "import otca_patch") 2>/dev/null; then
-    python=python
-  else
-    python="$here/.venv/bin/python"
-  fi
-fi
+. "$here/scripts/_python.sh"
 exec "$python" -m otca_patch.hooks.rebase "$@"

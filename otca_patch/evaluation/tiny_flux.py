@@ -12,38 +12,22 @@ from pathlib import Path
 
 import torch
 
-#: words of the tiny T5 vocabulary (anything else maps to <unk>)
-T5_WORDS = ("a", "an", "the", "red", "blue", "green", "yellow", "circle", "square", "triangle", "star", "on",
-            "in", "at", "over", "white", "background", "snow", "night", "sea", "photo", "of", "cat", "dog")
+from ..tiny_text import T5_VOCAB_SIZE, clip_tokenizer, t5_tokenizer
 
+#: words of the tiny T5 vocabulary (anything else maps to <unk>)
 
 def tiny_transformer(seed: int = 0):
-    from diffusers import FluxTransformer2DModel
+    """The smoke runs' tiny FLUX transformer, initialised from ``seed``."""
+    from ..smoke.dancegrpo_flux import tiny_transformer as untrained
 
     torch.manual_seed(seed)
-    return FluxTransformer2DModel(patch_size=1, in_channels=64, num_layers=1, num_single_layers=1,
-                                  attention_head_dim=16, num_attention_heads=2, joint_attention_dim=32,
-                                  pooled_projection_dim=32, guidance_embeds=True, axes_dims_rope=(4, 4, 8))
-
-
-def _t5_tokenizer():
-    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
-    from transformers import T5TokenizerFast
-
-    vocab = {token: i for i, token in enumerate(("<pad>", "</s>", "<unk>", *T5_WORDS))}
-    backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    backend.normalizer = normalizers.Lowercase()
-    backend.pre_tokenizer = pre_tokenizers.Whitespace()
-    return T5TokenizerFast(tokenizer_object=backend, eos_token="</s>", unk_token="<unk>", pad_token="<pad>",
-                           extra_ids=0)
+    return untrained()
 
 
 def build_tiny_flux(folder: str | Path, seed: int = 0) -> Path:
     """Write the pipeline folder (an existing complete folder is reused)."""
     from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, FluxPipeline
-    from transformers import CLIPTextConfig, CLIPTextModel, CLIPTokenizer, T5Config, T5EncoderModel
-
-    from ..rewards.tiny import _clip_bpe_files
+    from transformers import CLIPTextConfig, CLIPTextModel, T5Config, T5EncoderModel
 
     folder = Path(folder)
     if (folder / "model_index.json").is_file():
@@ -52,18 +36,16 @@ def build_tiny_flux(folder: str | Path, seed: int = 0) -> Path:
     text_encoder = CLIPTextModel(CLIPTextConfig(bos_token_id=49406, eos_token_id=49407, pad_token_id=49407,
                                                 hidden_size=32, intermediate_size=37, num_attention_heads=4,
                                                 num_hidden_layers=1, vocab_size=49408, max_position_embeddings=77))
-    text_encoder_2 = T5EncoderModel(T5Config(vocab_size=3 + len(T5_WORDS), d_model=32, d_ff=37, d_kv=8, num_layers=1,
+    text_encoder_2 = T5EncoderModel(T5Config(vocab_size=T5_VOCAB_SIZE, d_model=32, d_ff=37, d_kv=8, num_layers=1,
                                              num_heads=4, pad_token_id=0, eos_token_id=1, decoder_start_token_id=0))
     # four blocks: FLUX's 8x downsampling; 16 latent channels, packed 2x2 into the transformer's 64
     vae = AutoencoderKL(in_channels=3, out_channels=3, down_block_types=("DownEncoderBlock2D",) * 4,
                         up_block_types=("UpDecoderBlock2D",) * 4, block_out_channels=(8, 8, 8, 8), latent_channels=16,
                         layers_per_block=1, norm_num_groups=4, shift_factor=0.0, scaling_factor=1.0,
                         use_quant_conv=False, use_post_quant_conv=False)
-    vocab, merges = _clip_bpe_files(folder / "_bpe")
-    tokenizer = CLIPTokenizer(vocab_file=str(vocab), merges_file=str(merges), pad_token="<|endoftext|>",
-                              model_max_length=77)
+    tokenizer = clip_tokenizer(folder)
     pipeline = FluxPipeline(scheduler=FlowMatchEulerDiscreteScheduler(shift=3.0), vae=vae, text_encoder=text_encoder,
-                            tokenizer=tokenizer, text_encoder_2=text_encoder_2, tokenizer_2=_t5_tokenizer(),
+                            tokenizer=tokenizer, text_encoder_2=text_encoder_2, tokenizer_2=t5_tokenizer(),
                             transformer=transformer)
     pipeline.save_pretrained(str(folder), safe_serialization=True)
     return folder

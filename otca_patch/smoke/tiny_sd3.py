@@ -12,31 +12,9 @@ from pathlib import Path
 
 import torch
 
+from ..tiny_text import T5_VOCAB_SIZE, clip_tokenizer, t5_tokenizer
+
 #: words of the tiny T5 vocabulary (anything else maps to <unk>)
-T5_WORDS = ("a", "an", "the", "red", "blue", "green", "yellow", "circle", "square", "triangle", "star", "on",
-            "in", "at", "over", "white", "background", "snow", "night", "sea", "photo", "of", "cat", "dog")
-
-
-def _clip_tokenizer(folder: Path):
-    from transformers import CLIPTokenizer
-
-    from ..rewards.tiny import _clip_bpe_files  # OpenAI CLIP's BPE files, from open_clip's copy
-
-    vocab, merges = _clip_bpe_files(folder / "_bpe")
-    return CLIPTokenizer(vocab_file=str(vocab), merges_file=str(merges), pad_token="<|endoftext|>")
-
-
-def _t5_tokenizer():
-    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
-    from transformers import T5TokenizerFast
-
-    vocab = {token: i for i, token in enumerate(("<pad>", "</s>", "<unk>", *T5_WORDS))}
-    backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    backend.normalizer = normalizers.Lowercase()
-    backend.pre_tokenizer = pre_tokenizers.Whitespace()
-    return T5TokenizerFast(tokenizer_object=backend, eos_token="</s>", unk_token="<unk>", pad_token="<pad>",
-                           extra_ids=0)
-
 
 def build_tiny_sd3(folder: str | Path, seed: int = 0) -> Path:
     """Write the pipeline folder (idempotent: an existing complete folder is reused)."""
@@ -55,18 +33,18 @@ def build_tiny_sd3(folder: str | Path, seed: int = 0) -> Path:
                                  num_hidden_layers=2, vocab_size=49408, hidden_act="gelu", projection_dim=32)
     text_encoder = CLIPTextModelWithProjection(clip_config)
     text_encoder_2 = CLIPTextModelWithProjection(clip_config)
-    text_encoder_3 = T5EncoderModel(T5Config(vocab_size=3 + len(T5_WORDS), d_model=64, d_ff=64, d_kv=16,
+    text_encoder_3 = T5EncoderModel(T5Config(vocab_size=T5_VOCAB_SIZE, d_model=64, d_ff=64, d_kv=16,
                                              num_layers=1, num_heads=2, pad_token_id=0, eos_token_id=1,
                                              decoder_start_token_id=0))
     vae = AutoencoderKL(sample_size=16, in_channels=3, out_channels=3, block_out_channels=(4,),
                         down_block_types=("DownEncoderBlock2D",), up_block_types=("UpDecoderBlock2D",),
                         layers_per_block=1, latent_channels=4, norm_num_groups=1, use_quant_conv=False,
                         use_post_quant_conv=False, shift_factor=0.0609, scaling_factor=1.5035)
-    clip_tokenizer = _clip_tokenizer(folder)
+    tokenizer = clip_tokenizer(folder)
     pipeline = StableDiffusion3Pipeline(
         transformer=transformer, scheduler=FlowMatchEulerDiscreteScheduler(shift=3.0), vae=vae,
-        text_encoder=text_encoder, tokenizer=clip_tokenizer, text_encoder_2=text_encoder_2,
-        tokenizer_2=clip_tokenizer, text_encoder_3=text_encoder_3, tokenizer_3=_t5_tokenizer())
+        text_encoder=text_encoder, tokenizer=tokenizer, text_encoder_2=text_encoder_2,
+        tokenizer_2=tokenizer, text_encoder_3=text_encoder_3, tokenizer_3=t5_tokenizer())
     pipeline.save_pretrained(str(folder), safe_serialization=True)
     json.loads((folder / "model_index.json").read_text())  # written last by save_pretrained: a complete folder
     return folder

@@ -1,0 +1,39 @@
+"""Tiny text tokenizers built offline, for the tiny pipelines of smoke runs, eval tests and demos.
+
+CLIP's real BPE ships with open_clip, so the CLIP tokenizer is the real one; T5's sentencepiece
+model is not on disk, so the T5 tokenizer is a word-level vocabulary over ``TINY_WORDS`` wrapped
+as ``T5TokenizerFast`` (it saves and loads as ``tokenizer.json`` like the real one).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+#: The words the tiny prompts use; anything else maps to <unk>.
+TINY_WORDS = ("a", "an", "the", "red", "blue", "green", "yellow", "circle", "square", "triangle", "star", "on",
+              "in", "at", "over", "white", "background", "snow", "night", "sea", "photo", "of", "cat", "dog")
+#: <pad>, </s>, <unk> come first.
+T5_VOCAB_SIZE = 3 + len(TINY_WORDS)
+
+
+def clip_tokenizer(folder: Path):
+    """OpenAI CLIP's tokenizer, its vocab/merges files written under ``folder / "_bpe"``."""
+    from transformers import CLIPTokenizer
+
+    from .rewards.tiny import _clip_bpe_files  # OpenAI CLIP's BPE files, from open_clip's copy
+
+    vocab, merges = _clip_bpe_files(Path(folder) / "_bpe")
+    return CLIPTokenizer(vocab_file=str(vocab), merges_file=str(merges), pad_token="<|endoftext|>",
+                         model_max_length=77)
+
+
+def t5_tokenizer():
+    """A ``T5TokenizerFast`` over ``TINY_WORDS`` (lower-cased, split on whitespace)."""
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
+    from transformers import T5TokenizerFast
+
+    vocab = {token: i for i, token in enumerate(("<pad>", "</s>", "<unk>", *TINY_WORDS))}
+    backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    backend.normalizer = normalizers.Lowercase()
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    return T5TokenizerFast(tokenizer_object=backend, eos_token="</s>", unk_token="<unk>", pad_token="<pad>",
+                           extra_ids=0)
