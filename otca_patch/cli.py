@@ -13,6 +13,8 @@ COMMANDS = {
     "proxy": ("otca_patch.demo.proxy", "proxy validity of TCD's progress (spec section 7, paper Table 5)"),
     "doctor": ("otca_patch.hooks.doctor", "check every hook-point spec against an upstream checkout"),
     "run": ("otca_patch.launch", "run an upstream trainer script with the layer installed (used by scripts/otca_run.sh)"),
+    "compare": ("otca_patch.analysis.compare", "report.md and plots from two or more run folders (A/B, ablations)"),
+    "eval": ("otca_patch.evaluation.cli", "generate and score images from upstream checkpoints: the paper's Table 1"),
 }
 
 

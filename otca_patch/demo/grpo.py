@@ -1,0 +1,166 @@
+"""GRPO post-training with DanceGRPO's FLUX mathematics, written from its equations: groups of G
+SDE rollouts per prompt, advantages from ``otca_patch.credit`` (every mode, vanilla included), a
+PPO-clipped ratio per (sample, step) over a random subset of steps, advantage clipping and
+gradient accumulation."""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+import torch
+
+from otca_patch.credit import Credit, CreditConfig, compute_credit, group_ids_from_size
+
+from .config import DemoConfig
+from .data import sample_prompts
+from .evaluation import EvalSet, evaluate
+from .model import TinyFlux, unpack
+from .objectives import objective_rewards
+from .sampling import Rollout, gaussian_log_prob, sample_trajectories, sde_transition, sigma_schedule
+
+
+def ppo_clipped_loss(new_log_probs: torch.Tensor, old_log_probs: torch.Tensor, advantages: torch.Tensor,
+                     clip_range: float, adv_clip_max: float) -> torch.Tensor:
+    """Per-element PPO loss ``max(-A r, -A clip(r, 1 - c, 1 + c))`` with ``r = exp(new - old)`` and
+    ``A`` clamped to ``[-adv_clip_max, adv_clip_max]``. All inputs ``[M]``; returns ``[M]``."""
+    adv = advantages.clamp(-adv_clip_max, adv_clip_max)
+    ratio = torch.exp(new_log_probs - old_log_probs)
+    return torch.maximum(-adv * ratio, -adv * ratio.clamp(1 - clip_range, 1 + clip_range))
+
+
+def iteration_generator(seed: int, iteration: int, stream: int) -> torch.Generator:
+    """An independent generator per (seed, iteration, purpose): rollouts of every mode draw the same
+    prompts and noise whatever the other streams consumed."""
+    return torch.Generator().manual_seed(((seed * 1_000_003 + iteration) * 7 + stream) % (2**63 - 1))
+
+
+_ROLLOUT, _ORDER = 0, 1
+
+
+@dataclass
+class Batch:
+    """One iteration's rollouts and their rewards (``B = prompts_per_step * group_size``)."""
+
+    prompt_ids: torch.Tensor  # [B, 3], groups contiguous (DanceGRPO's repeat_interleave)
+    group_ids: torch.Tensor  # [B]
+    rollout: Rollout
+    rewards: torch.Tensor  # [B, K]
+
+
+def collect_batch(model: TinyFlux, config: DemoConfig, iteration: int) -> Batch:
+    """Sample G trajectories for each of ``prompts_per_step`` prompts and score their images."""
+    generator = iteration_generator(config.seed, iteration, _ROLLOUT)
+    prompts = sample_prompts(config.prompts_per_step, generator)
+    prompt_ids = prompts.repeat_interleave(config.group_size, dim=0)
+    token_shape = model.token_shape
+    if config.init_same_noise:
+        noise = torch.randn((config.prompts_per_step,) + token_shape, generator=generator)
+        noise = noise.repeat_interleave(config.group_size, dim=0)
+    else:
+        noise = torch.randn((config.batch_size,) + token_shape, generator=generator)
+    sigmas = sigma_schedule(config.sampling_steps, config.shift)
+    rollout = sample_trajectories(model, prompt_ids, noise, sigmas, config.eta, generator)
+    rewards = objective_rewards(unpack(rollout.final_clean, config.image_size), prompt_ids)
+    group_ids = group_ids_from_size(config.batch_size, config.group_size)
+    return Batch(prompt_ids=prompt_ids, group_ids=group_ids, rollout=rollout, rewards=rewards)
+
+
+def assign_credit(batch: Batch, mode: str) -> Credit:
+    """The advantages ``[B, T]`` of ``mode`` from the credit engine (the code a real run uses)."""
+    return compute_credit(batch.rewards, batch.rollout.latents, batch.group_ids, CreditConfig(mode=mode))
+
+
+def trained_step_order(batch_size: int, n_steps: int, n_trained: int, generator: torch.Generator) -> torch.Tensor:
+    """``[B, n_trained]``: per sample, the first ``n_trained`` of a random order of steps ``0..n_steps-1``."""
+    return torch.argsort(torch.rand(batch_size, n_steps, generator=generator), dim=1)[:, :n_trained]
+
+
+def policy_update(model: TinyFlux, optimizer: torch.optim.Optimizer, batch: Batch, advantages: torch.Tensor,
+                  config: DemoConfig, iteration: int) -> dict:
+    """One pass over the batch: micro-batches of samples, each training its own shuffled steps.
+
+    The last sampling step is not trained (as upstream). Each micro-batch's loss is divided by
+    ``grad_accum * trained_steps`` and the optimizer steps every ``grad_accum`` micro-batches, so a
+    step's gradient is the mean over its samples and steps (upstream's scaling with micro_batch = 1).
+    ``advantages [B, T]``. Returns summed loss, clip fraction and the last gradient norm.
+    """
+    rollout = batch.rollout
+    n_trainable = rollout.log_probs.shape[1] - 1
+    order = trained_step_order(config.batch_size, n_trainable, config.trained_steps,
+                               iteration_generator(config.seed, iteration, _ORDER))
+    scale = config.grad_accum * config.trained_steps
+    total_loss, clipped, count, grad_norm = 0.0, 0, 0, 0.0
+    model.train()
+    optimizer.zero_grad(set_to_none=True)
+    for micro_index, rows in enumerate(torch.arange(config.batch_size).split(config.micro_batch)):
+        for column in range(config.trained_steps):
+            steps = order[rows, column]  # [m] original step index (and sigma index) per sample
+            z, z_next = rollout.latents[rows, steps], rollout.latents[rows, steps + 1]
+            sigma, sigma_next = rollout.sigmas[steps], rollout.sigmas[steps + 1]
+            step = sde_transition(z, model(z, sigma, batch.prompt_ids[rows]), sigma, sigma_next, config.eta)
+            new_log_probs = gaussian_log_prob(z_next, step.mean, step.std)
+            old_log_probs = rollout.log_probs[rows, steps]
+            loss = ppo_clipped_loss(new_log_probs, old_log_probs, advantages[rows, steps],
+                                    config.clip_range, config.adv_clip_max).mean() / scale
+            loss.backward()
+            total_loss += loss.item()
+            ratio = torch.exp(new_log_probs.detach() - old_log_probs)
+            clipped += int(((ratio - 1).abs() > config.clip_range).sum())
+            count += rows.numel()
+        if (micro_index + 1) % config.grad_accum == 0:
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(_trainable(model), config.max_grad_norm))
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+    model.eval()
+    return {"loss": total_loss, "clip_fraction": clipped / max(count, 1), "grad_norm": grad_norm}
+
+
+def _trainable(model: TinyFlux) -> list:
+    return [p for p in model.parameters() if p.requires_grad]
+
+
+@dataclass
+class ModeHistory:
+    """What one GRPO run logged; per-iteration lists have ``grpo_steps`` entries."""
+
+    mode: str
+    train_rewards: list = field(default_factory=list)  # [iters][K] mean rollout reward
+    step_weights: list = field(default_factory=list)  # [iters][T] mean TCD weight per step
+    mixture: list = field(default_factory=list)  # [iters][K] mean MOCA mixture
+    conflict_share: list = field(default_factory=list)  # [iters] samples whose objective advantages disagree in sign
+    loss: list = field(default_factory=list)
+    clip_fraction: list = field(default_factory=list)
+    eval_iterations: list = field(default_factory=list)  # iterations at which eval ran (0 = base)
+    eval_rewards: list = field(default_factory=list)  # [n_eval][K] mean eval reward
+
+
+def train_mode(base_model: TinyFlux, config: DemoConfig, mode: str, eval_set: EvalSet, base_eval_means: list,
+               on_iteration: Optional[Callable[[], None]] = None) -> tuple[TinyFlux, ModeHistory]:
+    """GRPO from a copy of ``base_model`` under credit ``mode``; the base model is not touched.
+
+    ``on_iteration`` is called after every iteration (progress reporting).
+    """
+    model = copy.deepcopy(base_model)
+    model.freeze_prompt_encoder()  # DanceGRPO trains on fixed prompt embeddings
+    optimizer = torch.optim.AdamW(_trainable(model), lr=config.learning_rate, betas=(0.9, 0.999),
+                                  weight_decay=config.weight_decay)
+    history = ModeHistory(mode=mode, eval_iterations=[0], eval_rewards=[list(base_eval_means)])
+    for iteration in range(config.grpo_steps):
+        batch = collect_batch(model, config, iteration)
+        credit = assign_credit(batch, mode)
+        stats = policy_update(model, optimizer, batch, credit.advantages, config, iteration)
+        summary = credit.summary()
+        history.train_rewards.append(batch.rewards.mean(0).tolist())
+        history.step_weights.append(summary["step_weight_mean_per_step"])
+        history.mixture.append(summary["mixture_mean_per_objective"])
+        history.conflict_share.append(summary["conflict_share"])
+        history.loss.append(stats["loss"])
+        history.clip_fraction.append(stats["clip_fraction"])
+        done = iteration + 1
+        if done % config.eval_every == 0 or done == config.grpo_steps:
+            history.eval_iterations.append(done)
+            history.eval_rewards.append(evaluate(model, eval_set, config).mean(0).tolist())
+        if on_iteration is not None:
+            on_iteration()
+    return model, history

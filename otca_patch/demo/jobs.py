@@ -1,0 +1,79 @@
+"""GRPO runs as independent jobs (one per (seed, mode)), inline or in worker processes.
+
+Each job rebuilds everything from the config and the cached base model file, with one torch thread,
+so a job's numbers are the same whether it runs inline or in a worker: the 2 CPU cores are used by
+running two modes at once rather than by splitting tiny matrix products across threads.
+"""
+from __future__ import annotations
+
+import multiprocessing
+import queue
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass
+from typing import Callable, Optional
+
+import torch
+
+from .config import DemoConfig
+from .evaluation import evaluate, make_eval_set
+from .progress import progress_bar
+
+
+@dataclass(frozen=True)
+class Job:
+    config: dict  # DemoConfig.to_dict(), with the job's seed
+    mode: str
+    base_path: str  # the cached base model file
+
+    @property
+    def label(self) -> str:
+        return f"seed {self.config['seed']} {self.mode}"
+
+
+def run_job(job: Job, on_iteration: Optional[Callable[[], None]] = None) -> dict:
+    """Load the base model, evaluate it, train ``job.mode``; returns ``{"history", "base_eval", "seconds"}``."""
+    from .grpo import train_mode
+    from .pretrain import build_model
+
+    config = DemoConfig(**job.config)
+    if config.threads:
+        torch.set_num_threads(config.threads)
+    started = time.perf_counter()
+    model = build_model(config)
+    saved = torch.load(job.base_path, map_location="cpu", weights_only=True)
+    model.load_state_dict(saved["state_dict"])
+    model.eval()
+    eval_set = make_eval_set(config, model.token_shape)
+    base_rewards = evaluate(model, eval_set, config)
+    _, history = train_mode(model, config, job.mode, eval_set, base_rewards.mean(0).tolist(), on_iteration=on_iteration)
+    return {"history": asdict(history), "base_eval": base_rewards.tolist(), "seconds": time.perf_counter() - started}
+
+
+def _worker(job: Job, ticks) -> dict:
+    return run_job(job, on_iteration=lambda: ticks.put(1))
+
+
+def run_jobs(jobs: list, workers: int, config: DemoConfig, desc: str = "GRPO") -> list:
+    """Run every job; results in the order of ``jobs``. ``workers <= 1`` runs them inline."""
+    if workers <= 1 or len(jobs) <= 1:
+        results = []
+        for job in jobs:
+            bar = progress_bar(range(config.grpo_steps), config, desc=f"{desc} {job.label}")
+            results.append(run_job(job, on_iteration=lambda: bar.update(1)))
+            bar.close()
+        return results
+    context = multiprocessing.get_context("spawn")  # no fork of a process that holds torch threads
+    with context.Manager() as manager, ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=context) as pool:
+        ticks = manager.Queue()
+        futures = [pool.submit(_worker, job, ticks) for job in jobs]
+        bar = progress_bar(range(len(jobs) * config.grpo_steps), config,
+                           desc=f"{desc} ({len(jobs)} runs, {min(workers, len(jobs))} processes)")
+        while not all(f.done() for f in futures):
+            try:
+                ticks.get(timeout=0.2)
+                bar.update(1)
+            except queue.Empty:
+                pass
+        bar.close()
+        return [f.result() for f in futures]

@@ -1,0 +1,197 @@
+"""The demo's machinery end to end at tiny sizes: rollout shapes, credit from the engine, the update's
+loss on a hand-computable case, determinism, the report folder, the cache and error handling."""
+import json
+
+import pytest
+import torch
+
+from otca_patch.credit import compute_credit as real_compute_credit
+from otca_patch.demo import cli, grpo
+from otca_patch.demo.config import tiny_config
+from otca_patch.demo.experiment import run_experiment
+from otca_patch.demo.objectives import OBJECTIVES
+from otca_patch.demo.pretrain import base_model_path, load_or_train_base_model
+from otca_patch.demo.report import REPORT_FILES
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """The demo's setting: tiny matrices gain nothing from threads, and lose a lot on shared cores."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+    """A tiny base model trained once for the module (a few flow-matching steps)."""
+    config = tiny_config(out=str(tmp_path_factory.mktemp("base")))
+    model, info = load_or_train_base_model(config, log=lambda msg: None)
+    return config, model, info
+
+
+def test_rollout_shapes_groups_and_shared_initial_noise(base):
+    config, model, _ = base
+    batch = grpo.collect_batch(model, config, iteration=0)
+    b, t = config.batch_size, config.sampling_steps
+    n_tokens, channels = model.token_shape
+    assert batch.rollout.latents.shape == (b, t + 1, n_tokens, channels)
+    assert batch.rollout.log_probs.shape == (b, t)
+    assert batch.rollout.clean.shape == (b, t + 1, n_tokens, channels)
+    assert batch.rewards.shape == (b, len(OBJECTIVES))
+    assert batch.group_ids.tolist() == [0, 0, 1, 1]
+    assert torch.equal(batch.prompt_ids[0], batch.prompt_ids[1])
+    assert torch.equal(batch.rollout.latents[0, 0], batch.rollout.latents[1, 0])  # init_same_noise
+    assert not torch.equal(batch.rollout.latents[0, -1], batch.rollout.latents[1, -1])  # SDE noise differs
+    again = grpo.collect_batch(model, config, iteration=0)
+    assert torch.equal(again.rollout.latents, batch.rollout.latents)  # same iteration, same draws
+
+
+def test_update_loss_with_ratio_one_is_minus_mean_clipped_advantage(base):
+    """One optimizer step at the end of the pass keeps the policy fixed, so every ratio is 1 and
+    the summed loss is -mean over trained (sample, step) pairs of the clipped advantage."""
+    config, model, _ = base
+    config = tiny_config(out=config.out, sampling_steps=6, timestep_fraction=0.6, micro_batch=2, grad_accum=2,
+                         adv_clip_max=1.5)
+    batch = grpo.collect_batch(model, config, iteration=0)
+    advantages = torch.tensor([[3.0], [-1.0], [0.5], [-2.0]]).expand(-1, config.sampling_steps)
+    trainee = _copy(model)
+    optimizer = torch.optim.SGD([p for p in trainee.parameters() if p.requires_grad], lr=0.0)
+    stats = grpo.policy_update(trainee, optimizer, batch, advantages, config, iteration=0)
+    expected = -advantages.clamp(-1.5, 1.5)[:, 0].mean().item()  # constant over steps
+    assert stats["loss"] == pytest.approx(expected, abs=1e-4)
+    assert stats["clip_fraction"] == 0.0
+
+
+def test_every_mode_takes_its_advantages_from_compute_credit(base, monkeypatch):
+    config, model, _ = base
+    seen_modes, produced, used = [], [], []
+
+    def spy_credit(rewards, latents, group_ids, credit_config=None, **kwargs):
+        seen_modes.append(credit_config.mode)
+        credit = real_compute_credit(rewards, latents, group_ids, credit_config, **kwargs)
+        produced.append(credit.advantages)
+        return credit
+
+    real_update = grpo.policy_update
+
+    def spy_update(model_, optimizer, batch, advantages, config_, iteration):
+        used.append(advantages)
+        return real_update(model_, optimizer, batch, advantages, config_, iteration)
+
+    monkeypatch.setattr(grpo, "compute_credit", spy_credit)
+    monkeypatch.setattr(grpo, "policy_update", spy_update)
+    from otca_patch.demo.evaluation import make_eval_set
+
+    config = tiny_config(out=config.out, grpo_steps=1)
+    eval_set = make_eval_set(config, model.token_shape)
+    for mode in ("sum", "gdpo", "otca"):
+        grpo.train_mode(model, config, mode, eval_set, [0.0] * len(OBJECTIVES))
+    assert seen_modes == ["sum", "gdpo", "otca"]
+    assert all(a is b for a, b in zip(produced, used))
+
+
+def test_training_leaves_the_base_model_untouched(base):
+    config, model, _ = base
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    from otca_patch.demo.evaluation import make_eval_set
+
+    config = tiny_config(out=config.out, grpo_steps=1)
+    trained, _ = grpo.train_mode(model, config, "otca", make_eval_set(config, model.token_shape), [0.0] * 3)
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    assert any(not torch.equal(before[k], v) for k, v in trained.state_dict().items())
+
+
+def test_two_runs_with_the_same_seed_give_identical_numbers(base):
+    config, _, _ = base
+    first = run_experiment(tiny_config(out=config.out, grpo_steps=1), log=lambda msg: None)
+    second = run_experiment(tiny_config(out=config.out, grpo_steps=1), log=lambda msg: None)
+    for mode in ("sum", "otca"):
+        assert first["modes"][mode]["history"] == second["modes"][mode]["history"]
+        assert first["modes"][mode]["final_balanced"] == second["modes"][mode]["final_balanced"]
+    other = run_experiment(tiny_config(out=config.out, seed=1, grpo_steps=1), log=lambda msg: None)
+    assert other["modes"]["sum"]["history"]["train_rewards"] != first["modes"]["sum"]["history"]["train_rewards"]
+    # both modes saw the same first rollout (same base model, same prompts and noise)
+    assert first["modes"]["sum"]["history"]["train_rewards"][0] == first["modes"]["otca"]["history"]["train_rewards"][0]
+
+
+def _tiny_flags(out):
+    from otca_patch.demo.config import TINY_SIZES
+
+    flags = ["--out", str(out)]
+    for name, value in TINY_SIZES.items():
+        flag = "--" + name.replace("_", "-")
+        if isinstance(value, bool):
+            flags.append(flag if value else "--no-" + flag[2:])
+        else:
+            flags += [flag, str(value)]
+    return flags
+
+
+@pytest.mark.slow
+def test_demo_command_writes_the_report_and_reuses_the_cached_base_model(tmp_path, capsys):
+    assert cli.main(_tiny_flags(tmp_path)) == 0
+    for name in REPORT_FILES:
+        assert (tmp_path / name).is_file() and (tmp_path / name).stat().st_size > 0, name
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert set(metrics["modes"]) == {"sum", "otca"} and metrics["base"]["model"]["cached"] is False
+    report = (tmp_path / "report.md").read_text()
+    assert "balanced score" in report and "Verdict" in report
+    assert (tmp_path / "reward_curves.png").read_bytes()[:4] == b"\x89PNG"
+    assert cli.main(_tiny_flags(tmp_path)) == 0
+    assert json.loads((tmp_path / "metrics.json").read_text())["base"]["model"]["cached"] is True
+    assert "balanced" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--modes", "sum,nope"], "unknown credit mode 'nope'"),
+    (["--grpo-steps", "-3"], "--grpo-steps: must be >= 1"),
+    (["--eta", "abc"], "--eta"),
+])
+def test_bad_flags_fail_clearly_and_touch_nothing(tmp_path, capsys, flags, message):
+    (tmp_path / "report.md").write_text("previous report")
+    assert cli.main(["--out", str(tmp_path)] + flags) == 2
+    assert message in capsys.readouterr().err
+    assert (tmp_path / "report.md").read_text() == "previous report"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report.md"]
+
+
+def test_a_failed_run_keeps_the_previous_report_and_the_cached_model(base, tmp_path, monkeypatch, capsys):
+    config, _, info = base
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "report.md").write_text("previous report")
+    import otca_patch.demo.experiment as experiment
+
+    def broken(*args, **kwargs):
+        raise ValueError("rewards: simulated failure")
+
+    monkeypatch.setattr(experiment, "run_experiment", broken)
+    flags = _tiny_flags(out) + ["--base-cache", str(base_model_path(config).parent)]
+    assert cli.main(flags) == 1
+    assert "simulated failure" in capsys.readouterr().err
+    assert (out / "report.md").read_text() == "previous report"
+    assert base_model_path(config).is_file()
+
+
+def test_an_unreadable_cached_model_is_kept_and_a_new_one_trained_beside_it(tmp_path):
+    config = tiny_config(out=str(tmp_path))
+    path = base_model_path(config)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"not a checkpoint")
+    messages = []
+    _, info = load_or_train_base_model(config, log=messages.append)
+    assert path.read_bytes() == b"not a checkpoint"
+    assert info["path"] != str(path) and info["cached"] is False
+    assert any("unreadable" in m for m in messages)
+    _, again = load_or_train_base_model(config, log=messages.append)
+    assert again["cached"] is True and again["path"] == info["path"]
+
+
+def _copy(model):
+    import copy
+
+    clone = copy.deepcopy(model)
+    clone.freeze_prompt_encoder()
+    return clone
