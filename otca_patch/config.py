@@ -41,6 +41,8 @@ class OtcaConfig:
     otca_adv_eps: float = _flag("added to the group std (DanceGRPO's 1e-8)", 1e-8)
     otca_std_correction: int = _flag("Bessel correction of every std", 1)
     otca_explore: float = _flag("MOCA exploration bias beta (>= 0)", 1.0)
+    otca_std_scope: str = _flag("std that normalises rewards: 'group' (the spec) or 'batch' (FlowGRPO's "
+                                "global_std)", "group", choices=("group", "batch"))
     otca_log_dir: str = _flag("where run_log.jsonl is written", "otca_logs")
     otca_reward_device: str = _flag("device of the registry reward models (default: the trainer's)", "")
     otca_video_frames: int = _flag("video targets: frames per video (evenly spaced) that image objectives of the "
@@ -77,7 +79,8 @@ class OtcaConfig:
         try:
             return CreditConfig(mode=self.otca_mode, w_min=self.otca_w_min, eps=self.otca_eps,
                                 adv_eps=self.otca_adv_eps, std_correction=self.otca_std_correction,
-                                explore=self.otca_explore, objective_weights=self.otca_objective_weights)
+                                explore=self.otca_explore, objective_weights=self.otca_objective_weights,
+                                std_scope=self.otca_std_scope)
         except ValueError as exc:
             raise ValueError(f"--otca_{exc}") from None
 

@@ -7,6 +7,8 @@ from typing import Optional, Sequence
 
 #: Credit modes: the paper's Table 4 ablations plus the peers' baselines (spec section 5).
 MODES = ("otca", "moca", "tcd", "multi_grpo", "gdpo", "sum")
+#: Where the std that normalises rewards is taken: each group's (the spec) or the whole batch's.
+STD_SCOPES = ("group", "batch")
 #: Modes that multiply the combined advantage by TCD's step weights.
 STEP_WEIGHTED_MODES = frozenset({"otca", "tcd"})
 
@@ -26,6 +28,8 @@ class CreditConfig:
         std_correction: Bessel correction of every std (1 = unbiased, as ``torch.std``).
         explore: MOCA's exploration bias beta (>= 0); 0 is the pure minimum-norm fusion.
         objective_weights: s_k per objective (length K, >= 0); ``None`` means all ones.
+        std_scope: ``group`` (the spec: each group's std) or ``batch`` (one std over the whole
+            batch, with the group's mean: FlowGRPO's ``global_std=True``). An option, not a default.
     """
 
     mode: str = "otca"
@@ -35,6 +39,7 @@ class CreditConfig:
     std_correction: int = 1
     explore: float = 1.0
     objective_weights: Optional[Sequence[float]] = field(default=None)
+    std_scope: str = "group"
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -54,6 +59,8 @@ class CreditConfig:
         _check_finite("explore", self.explore)
         if self.explore < 0:
             raise ValueError(f"explore: must be >= 0, got {self.explore}")
+        if self.std_scope not in STD_SCOPES:
+            raise ValueError(f"std_scope: must be one of {', '.join(STD_SCOPES)}, got {self.std_scope!r}")
         if self.objective_weights is not None:
             weights = tuple(float(w) for w in self.objective_weights)
             if not weights:

@@ -124,7 +124,8 @@ def _credit(rewards, delta_s, group_ids, config: CreditConfig, similarity) -> Cr
 
     share = tcd.step_share(delta_s, config.eps)
     weights_per_step = tcd.step_weights(share, config.w_min)
-    advantages_k = moca.objective_advantages(rewards, index, n_groups, weights, corr, config.adv_eps)
+    advantages_k = moca.objective_advantages(rewards, index, n_groups, weights, corr, config.adv_eps,
+                                             config.std_scope)
     score = tcd.trajectory_score(share, delta_s)
     lambdas = moca.exploration_bias(score, advantages_k, index, n_groups, corr, config.eps, config.explore)
     fused, mixture = moca.min_norm_fusion(advantages_k, lambdas)
@@ -145,7 +146,7 @@ def _combine(config, rewards, weights, advantages_k, fused, index, n_groups) -> 
     """The per-sample combined advantage of each mode (spec section 5). ``[B]``."""
     corr, adv_eps = config.std_correction, config.adv_eps
     if config.mode == "sum":
-        return group_normalize(rewards @ weights, index, n_groups, corr, adv_eps)
+        return group_normalize(rewards @ weights, index, n_groups, corr, adv_eps, config.std_scope)
     if config.mode in ("multi_grpo", "tcd"):
         return advantages_k.sum(dim=-1)
     if config.mode == "gdpo":

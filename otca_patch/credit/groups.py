@@ -46,13 +46,19 @@ def group_mean_std(values: torch.Tensor, index: torch.Tensor, n_groups: int, cor
     return mean[index], var.sqrt()[index], counts[index]
 
 
-def group_normalize(values: torch.Tensor, index: torch.Tensor, n_groups: int, correction: int, adv_eps: float):
+def group_normalize(values: torch.Tensor, index: torch.Tensor, n_groups: int, correction: int, adv_eps: float,
+                    std_scope: str = "group"):
     """``(v - mean_g) / (std_g + adv_eps)`` per group, over ``values [B]`` or ``[B, K]``.
 
-    A group whose values are all equal (per column) gives exactly 0 rather than rounding noise
-    divided by ``adv_eps``; so does a group too small for the std's correction.
+    ``std_scope="batch"`` divides by the std over the whole batch instead of the group's (FlowGRPO's
+    ``global_std``); the mean is always the group's. A group whose values are all equal (per
+    column) gives exactly 0 rather than rounding noise divided by ``adv_eps``; so does a group too
+    small for the std's correction.
     """
     mean, std, counts = group_mean_std(values, index, n_groups, correction)
+    if std_scope == "batch":
+        whole = torch.zeros_like(index)
+        std = group_mean_std(values, whole, 1, correction)[1]
     normalised = (values - mean) / (std + adv_eps)
     big = torch.finfo(values.dtype).max
     shape = (n_groups,) + tuple(values.shape[1:])

@@ -10,9 +10,9 @@ from .groups import group_mean_std, group_normalize
 TIE_SPAN = 1e-6
 
 
-def objective_advantages(rewards, index, n_groups, weights, correction, adv_eps):
+def objective_advantages(rewards, index, n_groups, weights, correction, adv_eps, std_scope="group"):
     """``A[i, k] = s_k (r - mean_g) / (std_g + adv_eps)``: ``[B, K] -> [B, K]``."""
-    return weights * group_normalize(rewards, index, n_groups, correction, adv_eps)
+    return weights * group_normalize(rewards, index, n_groups, correction, adv_eps, std_scope)
 
 
 def exploration_bias(score, advantages, index, n_groups, correction, eps, explore):
