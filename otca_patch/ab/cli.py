@@ -17,7 +17,6 @@ trainer writes. --smoke runs scripts/smoke_upstream.py (CPU, tiny models) instea
 """
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..config import _checkpoints, _csv, _reward_options
 from .cache import EntryCache, cache_key, folder_fingerprint
-from .checkpoints import BASE, Checkpoint, FileHashes, find_checkpoints, load_transformer
+from .checkpoints import Checkpoint, FileHashes, find_checkpoints, load_transformer
 from .table import format_table
 
 DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}

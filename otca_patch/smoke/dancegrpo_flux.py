@@ -8,16 +8,13 @@ and OTCA runs start from the same state and the same arguments print the same nu
 from __future__ import annotations
 
 import argparse
-import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from ..config import OtcaConfig
-from . import environment
-from .harness import TermRecorder, load_upstream
+from .harness import TermRecorder, enter_run_folder, finish, fsdp_wrap, load_upstream, optimizer_and_schedule, report_step
 
 UPSTREAM_FILE = "fastvideo/train_grpo_flux.py"
 PROMPTS = ("a red circle on a white background", "a blue square in the snow", "a green triangle at night",
@@ -106,12 +103,7 @@ def prompt_loader(rank: int, seed: int):
 
 def run(upstream_dir: Path, out_dir: Path, config: OtcaConfig, sizes: Sizes, reward_root: Path,
         record_terms: bool = False) -> dict:
-    environment.check_upstream_packages()
-    environment.stub_flash_attn()
-    rank, world_size = environment.init_process_group()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    os.chdir(out_dir)  # upstream writes ./images/*.png and ./reward.txt here
-    Path("images").mkdir(exist_ok=True)
+    rank, world_size = enter_run_folder(out_dir, "images")  # upstream writes ./images/*.png, ./reward.txt
 
     from ..rewards import tiny
 
@@ -120,21 +112,13 @@ def run(upstream_dir: Path, out_dir: Path, config: OtcaConfig, sizes: Sizes, rew
     module = load_upstream(upstream_dir.resolve(), UPSTREAM_FILE, config, "dancegrpo_train_grpo_flux")
     recorder = TermRecorder(module, log_prob_index=2) if record_terms else None
 
-    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
-    from diffusers.optimization import get_scheduler
-    from fastvideo.utils.fsdp_util import get_dit_fsdp_kwargs
-
     torch.manual_seed(sizes.seed)  # the same weights for every rank and every mode
     transformer = tiny_transformer()
     vae = tiny_vae().eval()
     reward_model, tokenizer, preprocess_val = upstream_hps_reward(hps_checkpoint, tiny.TINY_HPS_ARCH)
-    with environment.cpu_as_current_device():
-        fsdp_kwargs, _ = get_dit_fsdp_kwargs(transformer, "full", False, False, "fp32")
-        transformer = FSDP(transformer, **fsdp_kwargs)
+    transformer = fsdp_wrap(transformer)
     transformer.train()
-    optimizer = torch.optim.AdamW([p for p in transformer.parameters() if p.requires_grad],
-                                  lr=sizes.learning_rate, betas=(0.9, 0.999), weight_decay=1e-4, eps=1e-8)
-    lr_scheduler = get_scheduler("constant", optimizer=optimizer, num_warmup_steps=0, num_training_steps=10**6)
+    optimizer, lr_scheduler = optimizer_and_schedule(transformer, sizes.learning_rate)
     args = upstream_args(sizes)
     loader = prompt_loader(rank, sizes.seed)
     torch.manual_seed(sizes.seed * 1000 + rank)  # rollout noise and step order: per rank, as upstream seeds
@@ -143,13 +127,5 @@ def run(upstream_dir: Path, out_dir: Path, config: OtcaConfig, sizes: Sizes, rew
     for step in range(1, sizes.steps + 1):
         loss, grad_norm = module.train_one_step(args, torch.device("cpu"), transformer, vae, reward_model, tokenizer,
                                                 optimizer, lr_scheduler, loader, None, 1.0, preprocess_val, None)
-        steps.append({"loss": float(loss), "grad_norm": float(grad_norm)})
-        if rank == 0:
-            print(f"smoke step {step}: loss {loss!r} grad_norm {grad_norm!r}", flush=True)
-    result = {"otca": config.otca, "observe": config.otca_observe, "mode": config.otca_mode if config.active else None,
-              "world_size": world_size, "steps": steps}
-    if recorder is not None:
-        recorder.save(out_dir / f"terms_rank{rank}.pt")
-    if rank == 0:
-        (out_dir / "smoke.json").write_text(json.dumps(result, indent=2))
-    return result
+        steps.append(report_step(rank, step, loss, grad_norm))
+    return finish(out_dir, config, rank, world_size, steps, recorder)

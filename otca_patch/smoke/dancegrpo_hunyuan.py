@@ -15,8 +15,6 @@ with the layer's hooks when asked. What is stubbed, at the smallest boundaries:
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,8 +23,8 @@ import torch
 from torch.nn import functional as F
 
 from ..config import OtcaConfig
-from . import environment
-from .harness import TermRecorder, cast_inputs_to_weights, load_upstream
+from .harness import (TermRecorder, cast_inputs_to_weights, enter_run_folder, finish, fsdp_wrap, load_upstream,
+                      optimizer_and_schedule, report_step)
 
 UPSTREAM_FILE = "fastvideo/train_grpo_hunyuan.py"
 PROMPTS = ("a red ball rolling on grass", "a blue car driving in the snow", "a green kite in the wind",
@@ -145,31 +143,19 @@ def prompt_loader(rank: int, seed: int):
 def run(upstream_dir: Path, out_dir: Path, config: OtcaConfig, sizes: Sizes, reward_root: Path,
         record_terms: bool = False) -> dict:
     upstream_dir = upstream_dir.resolve()  # before the chdir below
-    environment.check_upstream_packages()
-    environment.stub_flash_attn()
-    rank, world_size = environment.init_process_group()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    os.chdir(out_dir)  # upstream writes ./videos/*.mp4, ./vq_reward.txt and ./mq_reward.txt here
-    Path("videos").mkdir(exist_ok=True)
+    # upstream writes ./videos/*.mp4, ./vq_reward.txt and ./mq_reward.txt in the run folder
+    rank, world_size = enter_run_folder(out_dir, "videos")
     reward_root.mkdir(parents=True, exist_ok=True)
     module = load_upstream(upstream_dir, UPSTREAM_FILE, config, "dancegrpo_train_grpo_hunyuan")
     recorder = TermRecorder(module, log_prob_index=5) if record_terms else None
-
-    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
-    from diffusers.optimization import get_scheduler
-    from fastvideo.utils.fsdp_util import get_dit_fsdp_kwargs
 
     torch.manual_seed(sizes.seed)  # the same weights for every rank and every mode
     transformer = tiny_transformer()
     cast_inputs_to_weights(transformer)
     vae = tiny_vae().eval()
-    with environment.cpu_as_current_device():
-        fsdp_kwargs, _ = get_dit_fsdp_kwargs(transformer, "full", False, False, "fp32")
-        transformer = FSDP(transformer, **fsdp_kwargs)
+    transformer = fsdp_wrap(transformer)
     transformer.train()
-    optimizer = torch.optim.AdamW([p for p in transformer.parameters() if p.requires_grad],
-                                  lr=sizes.learning_rate, betas=(0.9, 0.999), weight_decay=1e-4, eps=1e-8)
-    lr_scheduler = get_scheduler("constant", optimizer=optimizer, num_warmup_steps=0, num_training_steps=10**6)
+    optimizer, lr_scheduler = optimizer_and_schedule(transformer, sizes.learning_rate)
     args = upstream_args(sizes)
     loader = prompt_loader(rank, sizes.seed)
     torch.manual_seed(sizes.seed * 1000 + rank)  # rollout noise, selection and step order: per rank
@@ -178,13 +164,5 @@ def run(upstream_dir: Path, out_dir: Path, config: OtcaConfig, sizes: Sizes, rew
     for step in range(1, sizes.steps + 1):
         loss, grad_norm = module.train_one_step(args, torch.device("cpu"), transformer, vae, StubVideoAlign(),
                                                 optimizer, lr_scheduler, loader, 1.0, step)
-        steps.append({"loss": float(loss), "grad_norm": float(grad_norm)})
-        if rank == 0:
-            print(f"smoke step {step}: loss {loss!r} grad_norm {grad_norm!r}", flush=True)
-    result = {"otca": config.otca, "observe": config.otca_observe, "mode": config.otca_mode if config.active else None,
-              "world_size": world_size, "steps": steps}
-    if recorder is not None:
-        recorder.save(out_dir / f"terms_rank{rank}.pt")
-    if rank == 0:
-        (out_dir / "smoke.json").write_text(json.dumps(result, indent=2))
-    return result
+        steps.append(report_step(rank, step, loss, grad_norm))
+    return finish(out_dir, config, rank, world_size, steps, recorder)

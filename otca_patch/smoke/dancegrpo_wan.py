@@ -13,16 +13,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from ..config import OtcaConfig
-from . import environment, wan_standins
+from . import wan_standins
 from .dancegrpo_flux import upstream_hps_reward
-from .harness import TermRecorder, load_upstream
+from .harness import TermRecorder, enter_run_folder, finish, load_upstream, optimizer_and_schedule, report_step
 
 UPSTREAM_FILE = "fastvideo/train_grpo_wan_2_1.py"
 PROMPTS = ("a red ball rolling on grass", "a blue car driving in the snow", "a green kite in the wind",
@@ -79,31 +78,22 @@ def weights_checksum(model: torch.nn.Module) -> float:
 def run(upstream_dir: Path, out_dir: Path, config: OtcaConfig, sizes: Sizes, reward_root: Path,
         record_terms: bool = False) -> dict:
     upstream_dir = upstream_dir.resolve()  # before the chdir below
-    environment.check_upstream_packages()
-    environment.stub_flash_attn()
     wan_standins.install()
-    rank, world_size = environment.init_process_group()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    os.chdir(out_dir)  # upstream writes ./videos/*.mp4 and ./reward.txt here
-    Path("videos").mkdir(exist_ok=True)
+    rank, world_size = enter_run_folder(out_dir, "videos")  # upstream writes ./videos/*.mp4, ./reward.txt
 
     from ..rewards import tiny
 
     reward_root.mkdir(parents=True, exist_ok=True)
     hps_checkpoint = tiny.build_hpsv2(reward_root)
-    module = load_upstream(upstream_dir.resolve(), UPSTREAM_FILE, config, "dancegrpo_train_grpo_wan_2_1")
+    module = load_upstream(upstream_dir, UPSTREAM_FILE, config, "dancegrpo_train_grpo_wan_2_1")
     recorder = TermRecorder(module, log_prob_index=2) if record_terms else None
-
-    from diffusers.optimization import get_scheduler
 
     torch.manual_seed(sizes.seed)  # the same weights for every rank and every mode
     transformer = wan_standins.TinyWanTransformer()
     vae = wan_standins.TinyWanVae().eval()
     reward_model, tokenizer, preprocess_val = upstream_hps_reward(hps_checkpoint, tiny.TINY_HPS_ARCH)
     transformer.train()
-    optimizer = torch.optim.AdamW([p for p in transformer.parameters() if p.requires_grad],
-                                  lr=sizes.learning_rate, betas=(0.9, 0.999), weight_decay=1e-4, eps=1e-8)
-    lr_scheduler = get_scheduler("constant", optimizer=optimizer, num_warmup_steps=0, num_training_steps=10**6)
+    optimizer, lr_scheduler = optimizer_and_schedule(transformer, sizes.learning_rate)
     args = upstream_args(sizes)
     torch.manual_seed(sizes.seed * 1000 + rank)  # rollout noise and step order: per rank, as upstream seeds
 
@@ -113,14 +103,6 @@ def run(upstream_dir: Path, out_dir: Path, config: OtcaConfig, sizes: Sizes, rew
         loss, grad_norm = module.train_one_step(args, torch.device("cpu"), transformer, vae, reward_model, tokenizer,
                                                 optimizer, lr_scheduler, embeds, negative, caption, None, 1.0,
                                                 preprocess_val)
-        steps.append({"loss": float(loss), "grad_norm": float(grad_norm), "weights": weights_checksum(transformer)})
-        if rank == 0:
-            print(f"smoke step {step}: loss {loss!r} grad_norm {grad_norm!r}", flush=True)
-    result = {"otca": config.otca, "observe": config.otca_observe, "mode": config.otca_mode if config.active else None,
-              "sync_grads": config.otca_sync_grads, "world_size": world_size, "steps": steps}
-    if recorder is not None:
-        recorder.save(out_dir / f"terms_rank{rank}.pt")
+        steps.append(report_step(rank, step, loss, grad_norm, weights=weights_checksum(transformer)))
     (out_dir / f"weights_rank{rank}.json").write_text(json.dumps([s["weights"] for s in steps]))
-    if rank == 0:
-        (out_dir / "smoke.json").write_text(json.dumps(result, indent=2))
-    return result
+    return finish(out_dir, config, rank, world_size, steps, recorder, sync_grads=config.otca_sync_grads)

@@ -3,6 +3,8 @@ probe that records each loss term's log-probs."""
 from __future__ import annotations
 
 import importlib.util
+import json
+import os
 import sys
 from pathlib import Path
 
@@ -68,3 +70,59 @@ def cast_inputs_to_weights(model: torch.nn.Module) -> None:
         return tuple(map(convert, args)), {k: convert(v) for k, v in kwargs.items()}
 
     model.register_forward_pre_hook(cast, with_kwargs=True)
+
+
+def enter_run_folder(out_dir: Path, outputs: str) -> tuple[int, int]:
+    """The CPU stand-ins a DanceGRPO step needs (packages checked, flash_attn stubbed, a gloo world),
+    then ``out_dir`` as the working directory, where upstream writes ``./<outputs>/`` and its reward
+    logs. Returns (rank, world size)."""
+    from . import environment
+
+    environment.check_upstream_packages()
+    environment.stub_flash_attn()
+    rank, world_size = environment.init_process_group()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    os.chdir(out_dir)
+    Path(outputs).mkdir(exist_ok=True)
+    return rank, world_size
+
+
+def fsdp_wrap(transformer: torch.nn.Module) -> torch.nn.Module:
+    """Upstream's own FSDP wrapping (``get_dit_fsdp_kwargs``, full sharding, fp32) on the CPU."""
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+    from fastvideo.utils.fsdp_util import get_dit_fsdp_kwargs
+
+    from . import environment
+
+    with environment.cpu_as_current_device():
+        fsdp_kwargs, _ = get_dit_fsdp_kwargs(transformer, "full", False, False, "fp32")
+        return FSDP(transformer, **fsdp_kwargs)
+
+
+def optimizer_and_schedule(model: torch.nn.Module, learning_rate: float):
+    """AdamW and a constant schedule as DanceGRPO's trainers build them."""
+    from diffusers.optimization import get_scheduler
+
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=learning_rate,
+                                  betas=(0.9, 0.999), weight_decay=1e-4, eps=1e-8)
+    return optimizer, get_scheduler("constant", optimizer=optimizer, num_warmup_steps=0, num_training_steps=10**6)
+
+
+def report_step(rank: int, step: int, loss, grad_norm, **extra) -> dict:
+    """One smoke.json step entry; rank 0 prints it."""
+    if rank == 0:
+        print(f"smoke step {step}: loss {loss!r} grad_norm {grad_norm!r}", flush=True)
+    return {"loss": float(loss), "grad_norm": float(grad_norm), **extra}
+
+
+def finish(out_dir: Path, config: OtcaConfig, rank: int, world_size: int, steps: list,
+           recorder: "TermRecorder | None", **extra) -> dict:
+    """Write ``smoke.json`` (rank 0) and the recorded terms (each rank); returns the result."""
+    result = {"otca": config.otca, "observe": config.otca_observe,
+              "mode": config.otca_mode if config.active else None, **extra, "world_size": world_size,
+              "steps": steps}
+    if recorder is not None:
+        recorder.save(out_dir / f"terms_rank{rank}.pt")
+    if rank == 0:
+        (out_dir / "smoke.json").write_text(json.dumps(result, indent=2))
+    return result

@@ -69,6 +69,25 @@ class GrpoRuntime:
         local = {name: local_rows(value, batch) for name, value in result.tensors().items()}
         return local, result.summary()
 
+    def assign_per_step(self, samples: dict, all_latents: torch.Tensor, rewards: torch.Tensor,
+                        upstream_advantages: torch.Tensor, args):
+        """The credit of one DanceGRPO rollout (groups as ``group_ids`` lays them out): stores the
+        ``[B, S-1]`` per-step advantage under ``STEP_KEY`` and returns what upstream keeps in
+        ``samples["advantages"]`` (the combined ``[B]``; upstream's own in observe mode)."""
+        batch = all_latents.shape[0]
+        kept_steps = samples["log_probs"].shape[1]  # S-1: upstream drops the last step
+        group_ids = self.group_ids(torch.arange(batch, device=all_latents.device), batch, args)
+        local, summary = self.credit(rewards, all_latents, group_ids)
+        if self.config.otca_observe:
+            trained = upstream_advantages.reshape(batch, 1).expand(batch, kept_steps).clone()
+            stored = upstream_advantages
+        else:
+            trained = local["advantages"][:, :kept_steps].to(upstream_advantages.dtype).contiguous()
+            stored = local["combined"].to(upstream_advantages.dtype)
+        samples[STEP_KEY] = trained
+        self.record = self.credit_record(local, summary, group_ids, rewards, trained, upstream_advantages)
+        return stored
+
     def credit_record(self, local: dict, summary: dict, group_ids, rewards, trained, upstream_advantages) -> dict:
         """The run-log fields every target writes about one step's credit."""
         return {

@@ -25,7 +25,7 @@ import torch
 
 from ..config import OtcaConfig
 from ..hooks.spec import TargetSpec
-from .common import STEP_KEY, GrpoRuntime
+from .common import GrpoRuntime
 
 
 def install(config: OtcaConfig, spec: TargetSpec, namespace: dict) -> "FluxRuntime":
@@ -49,17 +49,5 @@ class FluxRuntime(GrpoRuntime):
     # ---- hook: per_step_advantages (train_one_step)
     def assign_advantages(self, samples: dict, all_latents: torch.Tensor, upstream_advantages: torch.Tensor, args):
         """Returns the value upstream stores in ``samples["advantages"]`` and sets ``samples["otca_advantages"]``."""
-        batch = all_latents.shape[0]
-        kept_steps = samples["log_probs"].shape[1]  # S-1: upstream drops the last step
         rewards = self.objectives.matrix(samples.get("rewards"), self.images, self.prompts).to(all_latents.device)
-        group_ids = self.group_ids(torch.arange(batch, device=all_latents.device), batch, args)
-        local, summary = self.credit(rewards, all_latents, group_ids)
-        if self.config.otca_observe:
-            trained = upstream_advantages.reshape(batch, 1).expand(batch, kept_steps).clone()
-            stored = upstream_advantages
-        else:
-            trained = local["advantages"][:, :kept_steps].to(upstream_advantages.dtype).contiguous()
-            stored = local["combined"].to(upstream_advantages.dtype)
-        samples[STEP_KEY] = trained
-        self.record = self.credit_record(local, summary, group_ids, rewards, trained, upstream_advantages)
-        return stored
+        return self.assign_per_step(samples, all_latents, rewards, upstream_advantages, args)

@@ -33,7 +33,7 @@ import torch.distributed as dist
 from ..config import OtcaConfig
 from ..distributed import world
 from ..hooks.spec import TargetSpec
-from .common import STEP_KEY, GrpoRuntime, frames_to_tensor
+from .common import GrpoRuntime, frames_to_tensor
 
 
 def install(config: OtcaConfig, spec: TargetSpec, namespace: dict) -> "WanRuntime":
@@ -60,22 +60,10 @@ class WanRuntime(GrpoRuntime):
     # ---- hook: per_step_advantages (train_one_step)
     def assign_advantages(self, samples: dict, all_latents: torch.Tensor, upstream_advantages: torch.Tensor, args):
         """Returns the value upstream stores in ``samples["advantages"]`` and sets ``samples["otca_advantages"]``."""
-        batch = all_latents.shape[0]
-        kept_steps = samples["log_probs"].shape[1]  # S-1: upstream drops the last step
         videos = torch.stack(self.videos) if self.videos else None  # [B, F, 3, H, W]
         rewards = self.objectives.video_matrix(samples.get("rewards"), videos, self.prompts,
                                                self.config.otca_video_frames).to(all_latents.device)
-        group_ids = self.group_ids(torch.arange(batch, device=all_latents.device), batch, args)
-        local, summary = self.credit(rewards, all_latents, group_ids)
-        if self.config.otca_observe:
-            trained = upstream_advantages.reshape(batch, 1).expand(batch, kept_steps).clone()
-            stored = upstream_advantages
-        else:
-            trained = local["advantages"][:, :kept_steps].to(upstream_advantages.dtype).contiguous()
-            stored = local["combined"].to(upstream_advantages.dtype)
-        samples[STEP_KEY] = trained
-        self.record = self.credit_record(local, summary, group_ids, rewards, trained, upstream_advantages)
-        return stored
+        return self.assign_per_step(samples, all_latents, rewards, upstream_advantages, args)
 
     # ---- hook: synchronise_gradients (train_one_step, before clip_grad_norm_)
     def synchronise_gradients(self, model: torch.nn.Module) -> None:

@@ -135,3 +135,16 @@ def run_flowgrpo_smoke(upstream: Path, out: Path, *flags: str, nproc: int = 1, e
     if check and completed.returncode != 0:
         raise AssertionError(f"smoke run failed ({completed.returncode}):\n{completed.stderr[-4000:]}")
     return FlowSmokeRun(out, completed)
+
+
+def cached_runs(make):
+    """``get(name, *flags, **options)``: ``make(name, *flags, **options)`` once per name, then the
+    same finished run, so the tests of a module compare runs made once."""
+    made = {}
+
+    def get(name, *flags, **options):
+        if name not in made:
+            made[name] = make(name, *flags, **options)
+        return made[name]
+
+    return get

@@ -8,7 +8,7 @@ from otca_patch.config import ENV_ARGS
 from otca_patch.credit import CreditConfig, credit_from_progress
 from otca_patch.launch.wrapper import STARTUP_DIR
 
-from .conftest import run_smoke
+from .conftest import cached_runs, run_smoke
 
 pytestmark = pytest.mark.upstream
 
@@ -19,14 +19,7 @@ STEPS = ["--steps", "2"]
 def runs(dancegrpo, tmp_path_factory):
     """The runs several tests compare, made once."""
     root = tmp_path_factory.mktemp("flux")
-    made = {}
-
-    def get(name, *flags, **options):
-        if name not in made:
-            made[name] = run_smoke(dancegrpo, root / name, *flags, **options)
-        return made[name]
-
-    return get
+    return cached_runs(lambda name, *flags, **options: run_smoke(dancegrpo, root / name, *flags, **options))
 
 
 def test_vanilla_parity_with_the_layer_present_but_not_asked_for(runs):

@@ -9,7 +9,7 @@ import torch
 
 from otca_patch.credit import CreditConfig, credit_from_progress
 
-from .conftest import ppo_terms, run_smoke
+from .conftest import cached_runs, ppo_terms, run_smoke
 
 pytestmark = pytest.mark.upstream
 
@@ -21,14 +21,7 @@ VQ_MQ = ["--otca_rewards", "upstream.vq,upstream.mq"]
 def runs(dancegrpo, tmp_path_factory):
     """The runs several tests compare, made once."""
     root = tmp_path_factory.mktemp("hunyuan")
-    made = {}
-
-    def get(name, *flags, **options):
-        if name not in made:
-            made[name] = run_smoke(dancegrpo, root / name, *HY, *flags, **options)
-        return made[name]
-
-    return get
+    return cached_runs(lambda name, *flags, **options: run_smoke(dancegrpo, root / name, *HY, *flags, **options))
 
 
 def vanilla(runs):

@@ -16,7 +16,7 @@ from otca_patch.config import ENV_ARGS
 from otca_patch.credit import CreditConfig, credit_from_progress
 from otca_patch.launch.wrapper import STARTUP_DIR
 
-from .conftest import REPO, accelerate_launch, run_flowgrpo_smoke
+from .conftest import cached_runs, REPO, accelerate_launch, run_flowgrpo_smoke
 
 pytestmark = pytest.mark.upstream
 
@@ -34,15 +34,8 @@ def tiny_sd3(tmp_path_factory):
 def runs(flow_grpo, tiny_sd3, tmp_path_factory):
     """The runs several tests compare, made once."""
     root = tmp_path_factory.mktemp("flowgrpo")
-    made = {}
-
-    def get(name, *flags, env=None, **options):
-        if name not in made:
-            made[name] = run_flowgrpo_smoke(flow_grpo, root / name, *flags, env={**tiny_sd3, **(env or {})},
-                                            **options)
-        return made[name]
-
-    return get
+    return cached_runs(lambda name, *flags, env=None, **options: run_flowgrpo_smoke(
+        flow_grpo, root / name, *flags, env={**tiny_sd3, **(env or {})}, **options))
 
 
 def tensor(record, key, dtype=None):
