@@ -7,7 +7,7 @@ venv="$repo/.venv"
 python="${OTCA_PYTHON:-python3.11}"
 command -v "$python" >/dev/null 2>&1 || python=python3
 stamp="$venv/.otca-installed"
-want="$(sha256sum "$repo/pyproject.toml" | cut -d' ' -f1)"
+want="$(cat "$repo/pyproject.toml" "$repo/envs/dev.txt" | sha256sum | cut -d" " -f1)"
 if [ ! -x "$venv/bin/python" ]; then
   echo "setup: creating $venv with $("$python" --version 2>&1)" >&2
   "$python" -m venv "$venv"
@@ -15,7 +15,7 @@ fi
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "setup: installing otca-patch and its pinned dependencies into .venv (first run: several minutes)" >&2
   "$venv/bin/python" -m pip install --quiet --upgrade pip
-  "$venv/bin/python" -m pip install --quiet -e "$repo[dev,upstream,flowgrpo]"
+  "$venv/bin/python" -m pip install --quiet -e "$repo[dev,rewards,demo,upstream,flowgrpo]" -c "$repo/envs/dev.txt"
   # ImageReward pins timm==0.6.13 against open_clip's timm>=1.0.17; its adapter loads the model
   # files itself and needs only the package's model code, so it goes in without its pins.
   "$venv/bin/python" -m pip install --quiet --no-deps image-reward==1.5 fairscale==0.4.13

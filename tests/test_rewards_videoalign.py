@@ -109,10 +109,12 @@ def test_no_upstream_checkout_is_a_clear_import_error(tmp_path, monkeypatch):
 def _upstream_checkout():
     import os
 
-    for root in (os.environ.get(videoalign.UPSTREAM_ENV), videoalign.DEFAULT_UPSTREAM, "/work/ext/DanceGRPO"):
+    for root in (os.environ.get(videoalign.UPSTREAM_ENV), videoalign.DEFAULT_UPSTREAM):
         if root and (Path(root) / "fastvideo/models/videoalign/inference.py").is_file():
             return Path(root)
-    return None
+    import upstream_snapshots
+
+    return upstream_snapshots.unpack_snapshot(upstream_snapshots.PINNED_SNAPSHOTS["DanceGRPO"])
 
 
 UPSTREAM = _upstream_checkout()

@@ -10,25 +10,18 @@ from pathlib import Path
 import pytest
 import torch
 
+import upstream_snapshots as snapshots
+from upstream_snapshots import upstream_checkout
+
 REPO = Path(__file__).resolve().parents[2]
 SMOKE = REPO / "scripts" / "smoke_upstream.py"
-
-
-def upstream_checkout(name: str, env_var: str, marker_file: str) -> Path:
-    candidates = [Path(os.environ[env_var])] if os.environ.get(env_var) else []
-    candidates.append(REPO / "upstream" / name)
-    for candidate in candidates:
-        if (candidate / marker_file).is_file():
-            return candidate.resolve()
-    pytest.skip(f"no {name} checkout: set {env_var} or populate upstream/{name} "
-                f"(git submodule update --init upstream/{name}); CI has no network to fetch it")
 
 
 def require_upstream_packages() -> None:
     missing = [m for m in ("peft", "liger_kernel", "einops", "wandb", "cv2", "decord")
                if importlib.util.find_spec(m) is None]
     if missing:
-        pytest.skip(f"the upstream trainer needs {', '.join(missing)}: pip install -e '.[upstream]'")
+        snapshots.missing(f"the upstream trainer needs {', '.join(missing)}: pip install -e '.[upstream]'")
 
 
 @pytest.fixture(scope="session")
@@ -95,7 +88,7 @@ def ppo_terms(run, trained_steps, advantages, step_weights=None, gas=4, clip_ran
 def flow_grpo() -> Path:
     missing = [m for m in ("ml_collections", "absl", "peft", "wandb") if importlib.util.find_spec(m) is None]
     if missing:
-        pytest.skip(f"FlowGRPO's trainer needs {', '.join(missing)}: pip install -e '.[flowgrpo]'")
+        snapshots.missing(f"FlowGRPO's trainer needs {', '.join(missing)}: pip install -e '.[flowgrpo]'")
     return upstream_checkout("flow_grpo", "OTCA_UPSTREAM_FLOW_GRPO", "scripts/train_sd3.py")
 
 

@@ -1,0 +1,77 @@
+"""Where the tests find an upstream checkout: ``OTCA_UPSTREAM_<NAME>``, the populated git submodule
+``upstream/<name>``, or the source snapshot of the pinned commit in ``../shared/upstream/`` (or
+``$OTCA_SHARED/upstream/``), unpacked once into a temporary folder outside the repository.
+
+Under CI (``CI=true``) a test that needs an upstream and finds none fails instead of skipping.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import tarfile
+import tempfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+#: the snapshot of each pinned upstream commit (the one the hook specs are verified on)
+PINNED_SNAPSHOTS = {"DanceGRPO": "DanceGRPO-15cc71d.tar.gz", "flow_grpo": "flow_grpo-ac4c86e.tar.gz"}
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def missing(reason: str):
+    """Skip with ``reason``; under CI, fail: CI must run every test."""
+    if in_ci():
+        pytest.fail(f"CI=true and {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+def shared_dir() -> Path:
+    return Path(os.environ.get("OTCA_SHARED") or REPO.parent / "shared")
+
+
+def unpack_snapshot(archive_name: str) -> Path | None:
+    """The folder that ``shared/upstream/<archive_name>`` unpacks to (``DanceGRPO/``, ``flow_grpo/``),
+    unpacked once per machine under the temporary directory; None when the archive is not there."""
+    archive = shared_dir() / "upstream" / archive_name
+    if not archive.is_file():
+        return None
+    stem = archive_name.removesuffix(".tar.gz")
+    cache = Path(tempfile.gettempdir()) / "otca-upstream-snapshots" / stem
+    done = cache / ".unpacked"
+    if not done.is_file() or done.read_text() != str(archive.stat().st_size):
+        staging = Path(tempfile.mkdtemp(prefix=f"{stem}-", dir=cache.parent if cache.parent.exists()
+                                        else _mkdir(cache.parent)))
+        with tarfile.open(archive) as tar:
+            tar.extractall(staging, filter="data") if hasattr(tarfile, "data_filter") else tar.extractall(staging)
+        shutil.rmtree(cache, ignore_errors=True)
+        staging.rename(cache)
+        done.write_text(str(archive.stat().st_size))
+    folders = [p for p in cache.iterdir() if p.is_dir()]
+    if len(folders) != 1:
+        raise RuntimeError(f"{archive} should unpack to one folder, got {[p.name for p in folders]}")
+    return folders[0]
+
+
+def _mkdir(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def upstream_checkout(name: str, env_var: str, marker_file: str) -> Path:
+    """The checkout of upstream ``name`` (``DanceGRPO`` or ``flow_grpo``) holding ``marker_file``."""
+    candidates = [Path(os.environ[env_var])] if os.environ.get(env_var) else []
+    candidates.append(REPO / "upstream" / name)
+    for candidate in candidates:
+        if (candidate / marker_file).is_file():
+            return candidate.resolve()
+    snapshot = unpack_snapshot(PINNED_SNAPSHOTS[name]) if name in PINNED_SNAPSHOTS else None
+    if snapshot is not None and (snapshot / marker_file).is_file():
+        return snapshot.resolve()
+    missing(f"no {name} checkout: set {env_var}, populate upstream/{name} (git submodule update --init "
+            f"upstream/{name}) or put ../shared/upstream/{PINNED_SNAPSHOTS.get(name, name)} beside the repository")
