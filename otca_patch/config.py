@@ -43,6 +43,15 @@ class OtcaConfig:
     otca_explore: float = _flag("MOCA exploration bias beta (>= 0)", 1.0)
     otca_std_scope: str = _flag("std that normalises rewards: 'group' (the spec) or 'batch' (FlowGRPO's "
                                 "global_std)", "group", choices=("group", "batch"))
+    otca_weight_scope: str = _flag("TCD step weights from each sample's step shares ('sample', the spec) or the "
+                                   "batch's mean shares ('batch': a timestep-schedule control)", "sample",
+                                   choices=("sample", "batch"))
+    otca_explore_center: bool = _flag("MOCA exploration strength from |q - mean_g(q)| instead of |q|", False)
+    otca_fusion: str = _flag("MOCA fusion: per sample ('sample', the spec) or one exact minimum-norm mixture per "
+                             "group ('group', the MGDA reading)", "sample", choices=("sample", "group"))
+    otca_final_state: str = _flag("DanceGRPO samplers: TCD's final state z_T is the last latent ('latent', the spec) "
+                                  "or the last step's predicted clean sample that upstream decodes and scores "
+                                  "('prediction')", "latent", choices=("latent", "prediction"))
     otca_log_dir: str = _flag("where run_log.jsonl is written", "otca_logs")
     otca_reward_device: str = _flag("device of the registry reward models (default: the trainer's)", "")
     otca_video_frames: int = _flag("video targets: frames per video (evenly spaced) that image objectives of the "
@@ -80,7 +89,8 @@ class OtcaConfig:
             return CreditConfig(mode=self.otca_mode, w_min=self.otca_w_min, eps=self.otca_eps,
                                 adv_eps=self.otca_adv_eps, std_correction=self.otca_std_correction,
                                 explore=self.otca_explore, objective_weights=self.otca_objective_weights,
-                                std_scope=self.otca_std_scope)
+                                std_scope=self.otca_std_scope, weight_scope=self.otca_weight_scope,
+                                explore_center=self.otca_explore_center, fusion=self.otca_fusion)
         except ValueError as exc:
             raise ValueError(f"--otca_{exc}") from None
 
