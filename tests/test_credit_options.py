@@ -277,3 +277,30 @@ def test_flags_reach_the_engine_and_the_run_log_record():
     assert parse_otca_args(config.to_argv())[0] == config
     with pytest.raises(ValueError):
         parse_otca_args(["--otca_fusion", "mgda"])
+
+
+# ----------------------------------------------------------------------------- an explicit final state (1.7)
+
+
+@SETTINGS
+@given(data=batches())
+def test_an_explicit_final_state_replaces_the_last_latent(data):
+    rewards, latents, group_ids = data
+    same = compute_credit(rewards, latents, group_ids, final=latents[:, -1].clone())
+    default = compute_credit(rewards, latents, group_ids)
+    for name, tensor in default.tensors().items():
+        torch.testing.assert_close(getattr(same, name), tensor, atol=1e-6, rtol=0, msg=name)
+    prediction = latents[:, -1] + 0.5 * torch.randn_like(latents[:, -1])
+    credit = compute_credit(rewards, latents, group_ids, final=prediction)
+    states = torch.cat([latents[:, :-1], prediction[:, None]], dim=1).double()
+    expected = torch.nn.functional.cosine_similarity(states, prediction[:, None].double(), dim=-1)
+    torch.testing.assert_close(credit.similarity.double(), expected, atol=1e-6, rtol=0)
+    torch.testing.assert_close(credit.delta_s.double(), expected.diff(dim=1), atol=1e-6, rtol=0)
+
+
+def test_a_final_state_of_the_wrong_shape_is_refused():
+    latents = torch.randn(4, 3, 2, 5)
+    with pytest.raises(ValueError, match=r"^final: expected a float tensor of shape \(4, 2, 5\)"):
+        compute_credit(torch.randn(4, 1), latents, [0, 0, 1, 1], final=torch.randn(4, 10))
+    with pytest.raises(ValueError, match=r"^final: non-finite"):
+        compute_credit(torch.randn(4, 1), latents, [0, 0, 1, 1], final=torch.full((4, 2, 5), float("nan")))

@@ -57,7 +57,7 @@ class Credit:
 
 
 def compute_credit(rewards, latents: torch.Tensor, group_ids, config: Optional[CreditConfig] = None,
-                   chunk_bytes: int = tcd.DEFAULT_CHUNK_BYTES) -> Credit:
+                   chunk_bytes: int = tcd.DEFAULT_CHUNK_BYTES, final: Optional[torch.Tensor] = None) -> Credit:
     """OTCA credit for a batch of sampled trajectories.
 
     Args:
@@ -66,6 +66,8 @@ def compute_credit(rewards, latents: torch.Tensor, group_ids, config: Optional[C
             any float dtype; never copied whole to float32.
         group_ids: ``[B]`` integer group label per sample (groups need not be contiguous).
         config: the credit rules; ``CreditConfig()`` (mode ``otca``) by default.
+        final: ``[B, ...]`` explicit final state ``z_T`` replacing ``latents[:, -1]`` (spec 1.7,
+            ``final_state="prediction"``: the last step's predicted clean sample).
     Returns:
         ``Credit`` with ``advantages [B, T]`` and every intermediate quantity.
     Raises:
@@ -88,9 +90,16 @@ def compute_credit(rewards, latents: torch.Tensor, group_ids, config: Optional[C
     group_ids = _check_group_ids(group_ids, rewards.shape[0])
     _check_objective_weights(config, rewards.shape[1])
 
-    similarity = tcd.similarity_to_final(latents, chunk_bytes=chunk_bytes)
+    if final is not None:
+        if not isinstance(final, torch.Tensor) or not final.is_floating_point() or \
+                tuple(final.shape) != (latents.shape[0],) + tuple(latents.shape[2:]):
+            raise ValueError(f"final: expected a float tensor of shape {(latents.shape[0],) + tuple(latents.shape[2:])} "
+                             f"(one state per sample), got {getattr(final, 'shape', type(final).__name__)}")
+    similarity = tcd.similarity_to_final(latents, chunk_bytes=chunk_bytes, final=final)
     if not torch.isfinite(similarity).all():
-        _raise_non_finite_latents(latents)
+        if final is not None:
+            _check_finite_tensor("final", final)
+        _raise_non_finite_latents(latents if final is None else latents[:, :-1])
     delta_s = tcd.step_progress(similarity.to(_WORK))
     return _credit(rewards, delta_s, group_ids, config, similarity)
 

@@ -27,12 +27,18 @@ class GrpoRuntime:
     upstream_columns: tuple = ()
     #: whether ``--otca_sync_grads`` means anything for this target
     supports_sync_grads = False
+    #: whether the spec hands over the sampler's last predicted clean sample (``--otca_final_state
+    #: prediction``): its hook calls ``collect_final_prediction`` once per rollout chunk
+    supports_final_prediction = False
 
     def __init__(self, config: OtcaConfig):
         self.config = config
         if config.otca_sync_grads and not self.supports_sync_grads:
             raise ValueError(f"--otca_sync_grads: {type(self).__name__} trains a model that upstream already "
                              f"synchronises (FSDP); the flag is for DanceGRPO's Wan2.1 trainer only")
+        if config.otca_final_state == "prediction" and not self.supports_final_prediction:
+            raise ValueError(f"--otca_final_state prediction: {type(self).__name__}'s spec does not capture the "
+                             f"sampler's predicted clean sample; use --otca_final_state latent")
         self.credit_config = config.credit_config()
         device = config.otca_reward_device or ("cuda" if torch.cuda.is_available() else "cpu")
         self.objectives = Objectives(config.otca_rewards, config.otca_reward_ckpt, device=device,
@@ -54,6 +60,26 @@ class GrpoRuntime:
         """Forget the previous training step (called before each one)."""
         self.record = None
         self.trained_steps = None
+        self.final_predictions = []
+
+    # ---- hook: collect_final_prediction (the sampler, after each rollout chunk)
+    def collect_final_prediction(self, prediction: torch.Tensor) -> None:
+        """Keep the last step's predicted clean sample ``[b, ...]`` of one rollout chunk (what
+        upstream decodes and scores): TCD's ``z_T`` with ``--otca_final_state prediction`` (spec 1.7)."""
+        if self.config.otca_final_state == "prediction":
+            self.final_predictions.append(prediction.detach())
+
+    def final_state(self, all_latents: torch.Tensor):
+        """TCD's explicit final state ``[B, ...]`` (None: the last latent, the default)."""
+        if self.config.otca_final_state != "prediction":
+            return None
+        expected = (all_latents.shape[0],) + tuple(all_latents.shape[2:])
+        final = torch.cat(self.final_predictions) if self.final_predictions else None
+        if final is None or tuple(final.shape) != expected:
+            raise RuntimeError(f"--otca_final_state prediction: collect_final_prediction gave "
+                               f"{None if final is None else tuple(final.shape)} for latents of one state "
+                               f"{expected}; the sampler hook no longer matches this trainer")
+        return final.to(all_latents.device)
 
     # ---- the credit, once per training step, over the samples of all ranks
     def credit(self, rewards: torch.Tensor, all_latents: torch.Tensor, group_ids: torch.Tensor):
@@ -63,7 +89,7 @@ class GrpoRuntime:
         latents are: only ``[B, S]`` and ``[B, K]`` travel between ranks), group_ids ``[B]``.
         """
         batch = all_latents.shape[0]
-        delta_s = step_progress(similarity_to_final(all_latents).double())
+        delta_s = step_progress(similarity_to_final(all_latents, final=self.final_state(all_latents)).double())
         result = credit_from_progress(gather_rows(rewards.to(all_latents.device)), gather_rows(delta_s),
                                       gather_rows(group_ids.to(all_latents.device)), self.credit_config)
         local = {name: local_rows(value, batch) for name, value in result.tensors().items()}
@@ -95,6 +121,7 @@ class GrpoRuntime:
             "step_weights": local["step_weights"], "mixture": local["mixture"], "combined": local["combined"],
             "lambdas": local["lambdas"], "objective_advantages": local["objective_advantages"],
             "advantages": trained, "upstream_advantages": upstream_advantages, "summary": summary,
+            "final_state": self.config.otca_final_state,
         }
 
     @staticmethod

@@ -3,6 +3,8 @@
 A map of the upstream file and of what each hook point does there:
 
 ``sample_reference_model``  rolls out B samples one at a time, decodes each, scores upstream's reward.
+    hook ``collect_final_prediction``: keep each chunk's last predicted clean sample (``latents``
+    as ``run_sample_step`` returns it, before it is decoded) for ``--otca_final_state prediction``.
     hook ``collect_decoded_images``: keep each decoded PIL image and its caption, so registry
     objectives score the batch once, after the rollout.
 ``train_one_step``  builds ``samples`` (the last of S steps dropped: S-1 columns), computes group
@@ -35,6 +37,8 @@ def install(config: OtcaConfig, spec: TargetSpec, namespace: dict) -> "FluxRunti
 
 class FluxRuntime(GrpoRuntime):
     """State of the layer inside one DanceGRPO FLUX process (one rank)."""
+
+    supports_final_prediction = True
 
     def reset(self) -> None:
         super().reset()

@@ -60,6 +60,8 @@ class FlowGrpoRuntime:
 
     def __init__(self, config: OtcaConfig):
         self.config = config
+        if config.otca_final_state != "latent":  # FlowGRPO's z_T is what it decodes and scores
+            raise ValueError("--otca_final_state prediction: only for DanceGRPO's samplers (spec 1.7)")
         self.credit_config = config.credit_config()
         self.objectives = None  # bound inside main(), once upstream's config is parsed
         self.log = RunLog(config.otca_log_dir)
