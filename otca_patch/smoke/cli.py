@@ -4,10 +4,11 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from dataclasses import fields, replace
+from dataclasses import replace
 from pathlib import Path
 
 from ..config import parse_otca_args
+from ..flags import add_flags, from_namespace
 from ..hooks.errors import PatchError
 
 #: smoke target -> module with UPSTREAM_FILE, Sizes (dataclass of size flags), DEFAULT_REWARDS and
@@ -39,9 +40,7 @@ def build_parser(sizes_type) -> argparse.ArgumentParser:
     parser.add_argument("out_dir", type=Path, help="where upstream's outputs, the run log and smoke.json go")
     parser.add_argument("--target", choices=sorted(TARGETS), help="default: detected from the checkout")
     parser.add_argument("--record_terms", action="store_true", help="also save per-term log-probs (tests)")
-    for f in fields(sizes_type):
-        parser.add_argument(f"--{f.name}", type=type(f.default), default=f.default)
-    return parser
+    return add_flags(parser, sizes_type)
 
 
 def main(argv=None) -> int:
@@ -65,7 +64,7 @@ def main(argv=None) -> int:
     try:
         if config.active:
             config = with_smoke_defaults(config, argv, reward_root, module.DEFAULT_REWARDS, module.__name__)
-        sizes = module.Sizes(**{f.name: getattr(args, f.name) for f in fields(module.Sizes)})
+        sizes = from_namespace(module.Sizes, args)
         module.run(args.upstream_dir.resolve(), out_dir, config, sizes, reward_root, record_terms=args.record_terms)
     except (PatchError, ValueError) as exc:
         print(f"smoke: error: {exc}", file=sys.stderr)
