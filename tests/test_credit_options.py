@@ -79,9 +79,13 @@ def test_explore_center_changes_only_the_lambdas(data, beta, mode):
     centred = run(data, mode=mode, explore=beta, explore_center=True)
     for name in UNCHANGED_BY_OPTIONS + ("step_weights",):
         torch.testing.assert_close(getattr(centred, name), getattr(plain, name), atol=0, rtol=0, msg=name)
-    expected = reference_centred_lambdas(plain.trajectory_score.double(), plain.objective_advantages.double(),
+    # q from the float32 similarity in float64 (as the engine does: a rounded q would move |q - mean|)
+    delta_s = plain.similarity.double().diff(dim=1)
+    share = (delta_s.clamp(min=0) + 1e-6) / (delta_s.clamp(min=0) + 1e-6).sum(dim=1, keepdim=True)
+    expected = reference_centred_lambdas((share * delta_s).sum(dim=1), plain.objective_advantages.double(),
                                          data[2], beta)
-    torch.testing.assert_close(centred.lambdas.double(), expected, atol=1e-5, rtol=0)
+    decided = plain.objective_advantages.double().mean(-1).abs() > 1e-5  # mean_k A's sign survives rounding
+    torch.testing.assert_close(centred.lambdas.double()[decided], expected[decided], atol=1e-5, rtol=0)
     # combined follows from the new lambdas by the per-sample rule: clip(lambda / 2, min_k A, max_k A)
     adv = centred.objective_advantages.double()
     clipped = torch.minimum(torch.maximum(centred.lambdas.double() / 2, adv.min(-1).values), adv.max(-1).values)
@@ -95,7 +99,7 @@ def test_explore_center_changes_only_the_lambdas(data, beta, mode):
 
 
 @SETTINGS
-@given(data=batches(min_objectives=2), beta=st.floats(0, 5), mode=st.sampled_from(["otca", "moca"]),
+@given(data=batches(min_objectives=2, max_objectives=7), beta=st.floats(0, 5), mode=st.sampled_from(["otca", "moca"]),
        center=st.booleans())
 def test_group_fusion_keeps_each_groups_combined_zero_mean(data, beta, mode, center):
     credit = run(data, mode=mode, explore=beta, explore_center=center, fusion="group")

@@ -1,4 +1,4 @@
-"""The one configuration object of the credit engine (spec sections 1-5)."""
+"""The one configuration object of the credit engine (docs/credit.md, sections 1-5)."""
 from __future__ import annotations
 
 import math

@@ -39,8 +39,11 @@ def minimize_on_simplex(quadratic: torch.Tensor, linear: torch.Tensor) -> torch.
     """
     if quadratic.shape[-1] <= ENUMERATE_MAX_K:
         return _by_faces(quadratic, linear)
-    gram = quadratic - (linear.unsqueeze(-1) + linear.unsqueeze(-2)) / 2
-    return torch.stack([_wolfe(q) for q in gram]) if gram.shape[0] else linear.new_zeros(linear.shape)
+    # a loop of small steps that branch on values: on the CPU (no device sync per step)
+    gram = (quadratic - (linear.unsqueeze(-1) + linear.unsqueeze(-2)) / 2).cpu()
+    if not gram.shape[0]:
+        return linear.new_zeros(linear.shape)
+    return torch.stack([_wolfe(q) for q in gram]).to(linear.device)
 
 
 def objective(quadratic: torch.Tensor, linear: torch.Tensor, mixture: torch.Tensor) -> torch.Tensor:

@@ -157,10 +157,13 @@ def test_doctor_passes_on_the_pinned_checkout(dancegrpo):
 
 def test_final_state_prediction_measures_progress_towards_the_scored_sample(runs):
     """--otca_final_state prediction: TCD's z_T is the last predicted clean sample (what upstream
-    decodes and scores); the logged delta_s is recomputed here from the sampler's own outputs."""
-    run = runs("prediction", "--steps", "1", "--record_terms", "--otca", "--otca_final_state", "prediction")
+    decodes and scores); the logged delta_s is recomputed here from the sampler's own outputs.
+    The credit options ride along: recorded in the run log, and the trained advantages follow them."""
+    run = runs("prediction", "--steps", "1", "--record_terms", "--otca", "--otca_final_state", "prediction",
+               "--otca_fusion", "group", "--otca_explore_center")
     record = run.log[0]
     assert record["final_state"] == "prediction"
+    assert record["config"]["fusion"] == "group" and record["config"]["explore_center"] is True
     terms = run.terms[0]
     batch = len(record["delta_s"])
     trajectories = torch.cat(terms["trajectories"][:batch]).double()  # [B, S+1, tokens, channels]
@@ -178,3 +181,5 @@ def test_final_state_prediction_measures_progress_towards_the_scored_sample(runs
     credit = credit_from_progress(torch.tensor(record["rewards"]), logged, torch.tensor(record["group_ids"]),
                                   CreditConfig(**record["config"]))
     assert torch.allclose(torch.tensor(record["advantages"]), credit.advantages[:, :-1], atol=1e-6)
+    mixture = torch.tensor(record["mixture"])  # one mixture per prompt group
+    assert torch.equal(mixture, mixture[:1].expand_as(mixture))
