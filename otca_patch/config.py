@@ -48,14 +48,15 @@ class OtcaConfig:
                              "group ('group', the MGDA reading)", "sample", choices=("sample", "group"))
     otca_final_state: str = flag("DanceGRPO samplers: TCD's final state z_T is the last latent ('latent', the spec) "
                                   "or the last step's predicted clean sample that upstream decodes and scores "
-                                  "('prediction')", "latent", choices=("latent", "prediction"))
+                                  "('prediction')", "latent", choices=("latent", "prediction"),
+                                 target_only=True)
     otca_log_dir: str = flag("where run_log.jsonl is written", "otca_logs")
     otca_reward_device: str = flag("device of the registry reward models (default: the trainer's)", "")
     otca_video_frames: int = flag("video targets: frames per video (evenly spaced) that image objectives of the "
-                                   "registry score; a video's score is their mean", 4)
+                                   "registry score; a video's score is their mean", 4, target_only=True)
     otca_sync_grads: bool = flag("DanceGRPO Wan2.1 only: average gradients over ranks before clipping (upstream "
                                   "wraps the model in neither FSDP nor DDP, DanceGRPO issue #110); needs --otca or "
-                                  "--otca_observe", False)
+                                  "--otca_observe", False, target_only=True)
 
     def __post_init__(self) -> None:
         self.otca_rewards = tuple(self.otca_rewards)

@@ -18,10 +18,11 @@ from typing import Any, Callable, Iterable, Literal, Optional, Sequence, Union
 
 
 def flag(help: str, default: Any = MISSING, *, default_factory: Any = MISSING, parse: Optional[Callable] = None,
-         format: Optional[Callable] = None, choices: Optional[Sequence] = None) -> Any:
+         format: Optional[Callable] = None, choices: Optional[Sequence] = None, **extra) -> Any:
     """A dataclass field that is also a flag; ``parse(str)`` / ``format(value) -> str`` override the
-    annotation's parser (for dicts), ``choices`` restricts the values."""
-    metadata = {"help": help, "parse": parse, "format": format, "choices": tuple(choices) if choices else None}
+    annotation's parser (for dicts), ``choices`` restricts the values; ``extra`` joins the metadata."""
+    metadata = {"help": help, "parse": parse, "format": format, "choices": tuple(choices) if choices else None,
+                **extra}
     if default_factory is not MISSING:
         return dataclasses.field(default_factory=default_factory, metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)

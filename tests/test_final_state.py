@@ -17,7 +17,7 @@ def test_runtimes_without_the_sampler_hook_refuse_prediction(tmp_path, module, r
     import importlib
 
     cls = getattr(importlib.import_module(f"otca_patch.targets.{module}"), runtime)
-    with pytest.raises(ValueError, match="^--otca_final_state prediction: "):
+    with pytest.raises(ValueError, match="^--otca_final_state: not a flag of target "):
         cls(config(tmp_path, "prediction"))
 
 

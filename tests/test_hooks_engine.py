@@ -163,13 +163,11 @@ def test_spec_loading_validates(tmp_path: Path):
 
 
 def test_shipped_specs_load_and_name_existing_runtimes():
-    import importlib
-
     from otca_patch.hooks import load_specs
+    from otca_patch.targets.registry import target_of
 
     specs = load_specs()
     assert specs, "patches/ holds no spec"
     for spec in specs:
-        runtime = importlib.import_module(spec.runtime)
-        assert callable(runtime.install), spec.runtime
+        assert target_of(spec).name == spec.name, spec.runtime
         assert len(spec.verified_commit) == 40 and len(spec.verified_sha256) == 64

@@ -43,6 +43,8 @@ SPEC = textwrap.dedent('''\
 ''')
 
 RUNTIME = textwrap.dedent('''\
+    from otca_patch.targets.descriptor import Target
+
     class Runtime:
         def __init__(self, config):
             self.factor = 2.0 if config.otca_mode == "otca" else 3.0
@@ -51,8 +53,7 @@ RUNTIME = textwrap.dedent('''\
         def scale(self, values):
             return [self.factor * v for v in values]
 
-    def install(config, spec, namespace):
-        return Runtime(config)
+    TARGET = Target("synthetic-trainer", Runtime)
 ''')
 
 
@@ -68,7 +69,7 @@ def synthetic(tmp_path):
     runtime_dir.mkdir()
     (runtime_dir / "synthetic_runtime.py").write_text(RUNTIME)
     env = dict(os.environ, OTCA_PATCHES_DIR=str(patches), OTCA_PYTHON=sys.executable,
-               PYTHONPATH=str(runtime_dir), PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+               PYTHONPATH=os.pathsep.join([str(runtime_dir), str(REPO)]), PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
     env.pop("OTCA_PATCH_ARGS", None)
     return upstream, env
 

@@ -1,7 +1,6 @@
 """Execute a rewritten upstream file: as ``__main__`` (how torchrun runs it) or as an importable module."""
 from __future__ import annotations
 
-import importlib
 import os
 import sys
 import tokenize
@@ -10,6 +9,7 @@ import types
 from ..config import OtcaConfig
 from ..hooks.rewrite import RUNTIME_NAME, compile_target
 from ..hooks.spec import TargetSpec
+from ..targets.registry import target_of
 
 
 def read_source(path: str) -> str:
@@ -19,8 +19,7 @@ def read_source(path: str) -> str:
 
 
 def _install_runtime(spec: TargetSpec, config: OtcaConfig, namespace: dict):
-    runtime_module = importlib.import_module(spec.runtime)
-    runtime = runtime_module.install(config, spec, namespace)
+    runtime = target_of(spec).install(config)
     namespace[RUNTIME_NAME] = runtime
     return runtime
 

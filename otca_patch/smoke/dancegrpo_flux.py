@@ -21,10 +21,6 @@ PROMPTS = ("a red circle on a white background", "a blue square in the snow", "a
            "a yellow star over the sea")
 
 
-#: objectives of `--otca` alone: upstream's HPSv2 and a tiny registry CLIP-T
-DEFAULT_REWARDS = ("upstream", "clip_t")
-
-
 @dataclass
 class Sizes:
     """Sizes of one smoke run; small enough for seconds per step on 2 CPU cores."""

@@ -30,15 +30,6 @@ UPSTREAM_FILE = "fastvideo/train_grpo_hunyuan.py"
 PROMPTS = ("a red ball rolling on grass", "a blue car driving in the snow", "a green kite in the wind",
            "a yellow boat on the sea")
 
-#: objectives of `--otca` alone: VideoAlign's VQ, MQ and TA from upstream's own call
-DEFAULT_REWARDS = ("upstream",)
-
-
-def is_upstream_objective(name: str) -> bool:
-    """``upstream`` and ``upstream.vq|mq|ta`` come from upstream's VideoAlign call, not the registry."""
-    return name == "upstream" or name.startswith("upstream.")
-
-
 @dataclass
 class Sizes:
     """Sizes of one smoke run; small enough for seconds per step on 2 CPU cores."""

@@ -27,9 +27,6 @@ UPSTREAM_FILE = "fastvideo/train_grpo_wan_2_1.py"
 PROMPTS = ("a red ball rolling on grass", "a blue car driving in the snow", "a green kite in the wind",
            "a yellow boat on the sea")
 
-#: objectives of `--otca` alone: upstream's first-frame HPSv2 and a tiny registry CLIP-T over frames
-DEFAULT_REWARDS = ("upstream", "clip_t")
-
 
 @dataclass
 class Sizes:

@@ -27,16 +27,6 @@ from ..config import OtcaConfig
 UPSTREAM_FILE = "scripts/train_sd3.py"
 PROMPTS = ("a red circle on a white background", "a blue square in the snow", "a green triangle at night",
            "a yellow star over the sea")
-#: objectives of `--otca` alone: upstream's jpeg_compressibility (from its reward dictionary) and a
-#: tiny registry CLIP-T
-DEFAULT_REWARDS = ("jpeg_compressibility", "clip_t")
-
-
-def is_upstream_objective(name: str) -> bool:
-    """Objective names the smoke's upstream reward dictionary provides (no checkpoint to build)."""
-    return name in ("upstream", "avg", "jpeg_compressibility", "upstream.jpeg_compressibility")
-
-
 @dataclass
 class Sizes:
     """Sizes of one smoke run: seconds per epoch on 2 CPU cores."""
