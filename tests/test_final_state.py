@@ -12,7 +12,7 @@ def config(tmp_path, final_state):
 
 
 @pytest.mark.parametrize("module,runtime", [("dancegrpo_hunyuan", "HunyuanRuntime"), ("dancegrpo_wan", "WanRuntime"),
-                                            ("flowgrpo_sd3", "FlowGrpoRuntime")])
+                                            ("flowgrpo_sd3", "Sd3Runtime")])
 def test_runtimes_without_the_sampler_hook_refuse_prediction(tmp_path, module, runtime):
     import importlib
 
