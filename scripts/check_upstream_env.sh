@@ -54,8 +54,9 @@ if [ ! -f "$env/.otca-env-built" ]; then
     "$python310" -m venv "$env" &&
     "$env/bin/python" -m pip install --upgrade "pip<25" "setuptools<76" wheel &&
     # deepspeed's build imports torch and compiles no CUDA op when told so: torch first, no isolation
-    "$env/bin/python" -m pip install $(grep -E '^(torch|numpy)==' "$pins") &&
-    DS_BUILD_OPS=0 "$env/bin/python" -m pip install --no-build-isolation -r "$pins"
+    # (--no-compile: Python compiles what it imports; compiling all of torch here takes minutes)
+    "$env/bin/python" -m pip install --no-compile $(grep -E '^(torch|numpy)==' "$pins") &&
+    DS_BUILD_OPS=0 "$env/bin/python" -m pip install --no-compile --no-build-isolation -r "$pins"
   } > "$build_log" 2>&1; then
     tail -30 "$build_log" >&2
     say "FAILED to build the environment (log: $build_log)"; exit 1
@@ -90,7 +91,11 @@ say "upstream checkout: $upstream"
 # --- 2. the project, non-editable, with its dependencies; nothing the environment had may change
 "$py" -m pip freeze --all > "$work/freeze-before.txt"
 install_started=$(seconds)
-(cd "$work" && "$py" -m pip install --quiet "$repo" 2>&1 | grep -v "^WARNING: Location" >&2 || true)
+# the repository as git has it (a copy: a stale build/ folder of the checkout cannot leak into the wheel)
+mkdir "$work/otca-patch"
+(cd "$repo" && git ls-files -co --exclude-standard -- pyproject.toml README.md otca_patch patches | tar -cf - -T -) \
+  | tar -xf - -C "$work/otca-patch"
+(cd "$work" && "$py" -m pip install --quiet "$work/otca-patch" 2>&1 | grep -v "^WARNING: Location" >&2 || true)
 "$py" -m pip freeze --all > "$work/freeze-after.txt"
 say "pip install <repo> took $(( $(seconds) - install_started )) s"
 compare_freeze() {  # BEFORE AFTER: prints what changed; fails on a changed or removed package
@@ -141,6 +146,34 @@ run() {  # NAME COMMAND...: run one check, its output in $work/NAME.log, its tim
     say "FAIL $label ($(( $(seconds) - t0 )) s): $*"; exit 1
   fi
 }
+# every module of the installed package imports on this Python (3.10) and torch; a module may lack
+# only what an extra provides. The tests and scripts compile on this Python too.
+run import-all "$py" -c '
+import importlib, pkgutil, otca_patch
+extras = {"open_clip", "hpsv2", "matplotlib", "tqdm", "PIL", "ml_collections", "absl", "peft", "wandb", "cv2",
+          "decord", "liger_kernel", "einops", "datasets", "trl", "ImageReward", "fairscale", "timm"}
+failed, imported = [], 0
+for module in pkgutil.walk_packages(otca_patch.__path__, "otca_patch."):
+    if module.name.endswith("__main__") or module.name.startswith("otca_patch.launch.startup"):
+        continue
+    try:
+        importlib.import_module(module.name)
+        imported += 1
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").split(".")[0] in extras:
+            print(f"{module.name}: needs {exc.name} (an extra)")
+        else:
+            failed.append(f"{module.name}: {exc!r}")
+    except Exception as exc:
+        failed.append(f"{module.name}: {exc!r}")
+print(f"{imported} modules imported")
+raise SystemExit("\n".join(failed) or None)'
+run compile-tests "$py" -c '
+import pathlib, sys
+files = [p for folder in sys.argv[1:] for p in sorted(pathlib.Path(folder).rglob("*.py"))]
+for path in files:
+    compile(path.read_text(), str(path), "exec")
+print(f"{len(files)} files compile")' "$repo/tests" "$repo/scripts"
 run doctor "$bin/otca-patch" doctor "$upstream"
 grep -E "hook points hold" "$work/doctor.log" >&2
 port=$((29500 + $$ % 400))
