@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from ..launch.runner import read_source
+from .checkout import check_upstream_dir
 from .rewrite import check
 from .spec import TargetSpec, default_patches_dir, load_specs
 
@@ -81,6 +82,7 @@ def main(argv=None) -> int:
     parser.add_argument("--patches", type=Path, default=None, help=f"spec folder (default {default_patches_dir()})")
     args = parser.parse_args(argv)
     try:
+        check_upstream_dir(args.upstream_dir)
         rows, all_hold = diagnose(args.upstream_dir, load_specs(args.patches))
     except ValueError as exc:
         print(f"otca-patch doctor: error: {exc}", file=sys.stderr)

@@ -3,9 +3,14 @@ upstream file and how it is recognised, so a new upstream release is checked, no
 from __future__ import annotations
 
 import os
-import tomllib
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10, as both upstream training environments use
+    import tomli as tomllib
 
 ACTIONS = ("insert_after", "insert_before", "replace")
 MODULE_SCOPE = "<module>"
@@ -48,10 +53,14 @@ class TargetSpec:
         return parts[-len(want):] == want
 
 
+#: the specs shipped inside the package (in a checkout, a link to the top-level ``patches/``)
+PACKAGED_PATCHES_DIR = Path(__file__).resolve().parents[1] / "patches"
+
+
 def default_patches_dir() -> Path:
-    """``$OTCA_PATCHES_DIR`` or the repository's ``patches/`` beside the package."""
+    """``$OTCA_PATCHES_DIR`` or the specs shipped inside the package."""
     override = os.environ.get("OTCA_PATCHES_DIR")
-    return Path(override) if override else Path(__file__).resolve().parents[2] / "patches"
+    return Path(override) if override else PACKAGED_PATCHES_DIR
 
 
 def load_spec(path: str | os.PathLike) -> TargetSpec:
