@@ -27,13 +27,13 @@ REPO = Path(__file__).resolve().parents[1]
 #: repository being opened or listed (the upstream checkout given as input is allowed)
 AUDITED = """
 import os, runpy, sys
-repo, allowed, command = sys.argv[1], sys.argv[2], sys.argv[3]
+repo, allowed, command = sys.argv[1], sys.argv[2].split(os.pathsep), sys.argv[3]
 def inside(path, root):
     return path == root or path.startswith(root + os.sep)
 def audit(event, args):
     if event in ("open", "os.listdir", "os.scandir") and args and isinstance(args[0], (str, bytes, os.PathLike)):
         path = os.path.realpath(os.fsdecode(args[0]))
-        if inside(path, repo) and not inside(path, allowed):
+        if inside(path, repo) and not any(inside(path, root) for root in allowed):
             sys.stderr.write(f"REPOSITORY FILE REACHED: {event} {path}\\n")
             os._exit(86)
 sys.addaudithook(audit)
@@ -81,7 +81,9 @@ def installed(tmp_path_factory):
 def _run(python: Path, cwd: Path, command: str, *args: str, allowed: Path, timeout: int = 900):
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "OTCA_PATCHES_DIR", "OTCA_PATCH_ARGS")}
     env["WANDB_MODE"] = "disabled"
-    return subprocess.run([str(python), "-c", AUDITED, str(REPO.resolve()), str(allowed.resolve()), command, *args],
+    # the packages of the running environment are allowed too: the dev venv may live in the repository
+    allowed_roots = os.pathsep.join([str(allowed.resolve()), os.path.realpath(sys.prefix)])
+    return subprocess.run([str(python), "-c", AUDITED, str(REPO.resolve()), allowed_roots, command, *args],
                           cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
 
