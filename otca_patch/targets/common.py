@@ -13,6 +13,7 @@ import torch
 from ..config import OtcaConfig
 from ..credit import credit_from_progress, similarity_to_final, step_progress
 from ..distributed import gather_rows, local_rows, world
+from ..invariants import TrainedStepCheck
 from ..objectives import Objectives
 from ..runlog import RunLog
 
@@ -27,6 +28,8 @@ class GrpoRuntime:
     upstream_columns: tuple = ()
     #: whether ``--otca_sync_grads`` means anything for this target
     supports_sync_grads = False
+    #: the hook-point spec (set by the runner); names the file in run-time invariant errors
+    spec = None
 
     def __init__(self, config: OtcaConfig):
         self.config = config
@@ -43,6 +46,7 @@ class GrpoRuntime:
                              f"objectives {', '.join(self.objectives.names)}")
         self.log = RunLog(config.otca_log_dir)
         self.step = 0
+        self.step_check = TrainedStepCheck()
         self.reset()
 
     def describe(self) -> str:
@@ -118,6 +122,20 @@ class GrpoRuntime:
         train_timesteps = int(perms.shape[1] * args.timestep_fraction)
         self.trained_steps = perms[:, :train_timesteps]
 
+    # ---- hooks: permute_advantages_with_steps, watch_trained_step (module level), read_step_advantage
+    def permuted_keys(self, samples: dict, keys: list) -> list:
+        """Upstream's permuted keys plus the per-step advantage and its steps' fingerprints."""
+        return self.step_check.permuted_keys(samples, list(keys) + [STEP_KEY])
+
+    def watch_trained_step(self, grpo_one_step):
+        """Upstream's one-step function, watched so the first training step can check its columns."""
+        self.step_check.spec = self.spec
+        return self.step_check.watch(grpo_one_step)
+
+    def step_advantage(self, sample: dict, column) -> torch.Tensor:
+        """The advantage of the step trained in ``column`` (checked against it at the first step)."""
+        return self.step_check.read(sample, column, STEP_KEY)
+
     # ---- hook: log_each_step (module level)
     def wrap_train_step(self, train_one_step):
         runtime = self
@@ -125,6 +143,7 @@ class GrpoRuntime:
         def train_one_step_with_otca(*args, **kwargs):
             runtime.reset()
             result = train_one_step(*args, **kwargs)
+            runtime.step_check.end_step()
             runtime.step += 1
             runtime.write_log(result)
             return result

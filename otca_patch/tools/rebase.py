@@ -22,8 +22,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from .doctor import diagnose, format_report
-from .spec import load_specs
+from ..hooks.doctor import diagnose, format_report
+from ..hooks.spec import load_specs
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_SUBMODULE = "upstream/DanceGRPO"
