@@ -95,4 +95,17 @@ def main(argv=None) -> int:
     failed = sum(not r["status"].startswith("ok") for r in rows)
     print(f"{len(rows) - failed} of {len(rows)} hook points hold" + ("" if all_hold else
           f"; {failed} need a new spec before --otca can run on this checkout"))
+    for line in verdicts(rows):
+        print(line)
     return 0 if all_hold else 1
+
+
+def verdicts(rows: list[dict]) -> list[str]:
+    """Per target: whether --otca can run it here, or exactly which hook points need a new spec."""
+    lines = []
+    for target in dict.fromkeys(r["target"] for r in rows):
+        mine = [r for r in rows if r["target"] == target]
+        broken = [f"{r['kind']} {r['hook']}" for r in mine if r["status"] != "ok"]
+        lines.append(f"  {target} ({mine[0]['file']}): " + (f"holds ({len(mine)} hook points and pins)" if not broken
+                     else f"needs a new spec for {len(broken)} of {len(mine)}: {', '.join(broken)}"))
+    return lines

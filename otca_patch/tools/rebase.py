@@ -22,7 +22,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ..hooks.doctor import diagnose, format_report
+from ..hooks.doctor import diagnose, format_report, verdicts
 from ..hooks.spec import load_specs
 
 REPO = Path(__file__).resolve().parents[2]
@@ -136,6 +136,7 @@ def rebase(superproject: Path, ref: str, clone: Path | None, submodule_path: str
         broken = [f"{r['target']}:{r['hook']} ({r['status'][len('FAIL: '):]})" for r in rows if r["status"] != "ok"]
         print(f"still hold ({len(hold)}): {', '.join(hold) or 'none'}")
         print(f"need a new spec ({len(broken)}): {', '.join(broken) or 'none'}")
+        print("\n".join(verdicts(rows)))
         if not all_hold:
             print(f"rebase: pinned commit left at {pinned[:12]}: update the specs under patches/ for {ref}, "
                   f"then run this again")
