@@ -15,6 +15,7 @@ import torch
 
 from ..credit import similarity_to_final, step_progress
 from ..distributed import world
+from ..invariants import TrainedStepCheck
 from .base import Runtime
 
 #: the samples key of the per-step advantage ``[B, S-1]``, permuted with the steps
@@ -28,6 +29,7 @@ class GrpoRuntime(Runtime):
 
     def __init__(self, config):
         super().__init__(config)
+        self.step_check = TrainedStepCheck()
         self.bind_objectives()  # before upstream builds its models: a bad checkpoint stops the run early
 
     def reset(self) -> None:
@@ -128,6 +130,20 @@ class GrpoRuntime(Runtime):
         train_timesteps = int(perms.shape[1] * args.timestep_fraction)
         self.trained_steps = perms[:, :train_timesteps]
 
+    # ---- hooks: permute_advantages_with_steps, watch_trained_step (module level), read_step_advantage
+    def permuted_keys(self, samples: dict, keys: list) -> list:
+        """Upstream's permuted keys plus the per-step advantage and its steps' fingerprints."""
+        return self.step_check.permuted_keys(samples, list(keys) + [STEP_KEY])
+
+    def watch_trained_step(self, grpo_one_step):
+        """Upstream's one-step function, watched so the first training step can check its columns."""
+        self.step_check.spec = self.spec
+        return self.step_check.watch(grpo_one_step)
+
+    def step_advantage(self, sample: dict, column) -> torch.Tensor:
+        """The advantage of the step trained in ``column`` (checked against it at the first step)."""
+        return self.step_check.read(sample, column, STEP_KEY)
+
     # ---- hook: log_each_step (module level)
     def wrap_train_step(self, train_one_step):
         runtime = self
@@ -135,6 +151,7 @@ class GrpoRuntime(Runtime):
         def train_one_step_with_otca(*args, **kwargs):
             runtime.reset()
             result = train_one_step(*args, **kwargs)
+            runtime.step_check.end_step()
             runtime.write_log(result)
             return result
 

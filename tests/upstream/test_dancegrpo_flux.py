@@ -142,7 +142,7 @@ def test_a_mutated_upstream_file_stops_otca_and_doctor_reports_it(dancegrpo, tmp
                             text=True, timeout=120)
     assert doctor.returncode == 1
     assert "per_step_advantages" in doctor.stdout and "FAIL: anchor found 1 times, expected exactly 2" in doctor.stdout
-    assert "differs from the verified file" in doctor.stdout
+    assert "differs from the file the spec was verified on" in doctor.stdout
 
 
 def test_doctor_passes_on_the_pinned_checkout(dancegrpo):

@@ -22,8 +22,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from .doctor import diagnose, format_report
-from .spec import load_specs
+from ..hooks.doctor import diagnose, format_report, verdicts
+from ..hooks.spec import load_specs
 
 DEFAULT_SUBMODULE = "upstream/DanceGRPO"
 SMOKE_ENV = "OTCA_REBASE_SMOKE"
@@ -135,6 +135,7 @@ def rebase(superproject: Path, ref: str, clone: Path | None, submodule_path: str
         broken = [f"{r['target']}:{r['hook']} ({r['status'][len('FAIL: '):]})" for r in rows if r["status"] != "ok"]
         print(f"still hold ({len(hold)}): {', '.join(hold) or 'none'}")
         print(f"need a new spec ({len(broken)}): {', '.join(broken) or 'none'}")
+        print("\n".join(verdicts(rows)))
         if not all_hold:
             print(f"rebase: pinned commit left at {pinned[:12]}: update the specs under patches/ for {ref}, "
                   f"then run this again")
