@@ -158,6 +158,9 @@ def test_doctor_reports_holding_and_broken_hooks(synthetic, tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
     done = subprocess.run(doctor[:-1] + [str(empty)], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and f"{empty} is empty" in done.stderr
+    (empty / "README.md").write_text("not an upstream checkout")
+    done = subprocess.run(doctor[:-1] + [str(empty)], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "holds none of the files" in done.stderr
 
 
