@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+
+from ..files import atomic_write_json
 
 WEIGHTS = "diffusion_pytorch_model.safetensors"
 CONFIG = "config.json"
@@ -102,8 +103,5 @@ class FileHashes:
             for block in iter(lambda: handle.read(1 << 24), b""):
                 digest.update(block)
         self.known[key] = {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "sha256": digest.hexdigest()}
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(self.path.name + f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(self.known, indent=1))
-        os.replace(tmp, self.path)
+        atomic_write_json(self.path, self.known, indent=1)
         return self.known[key]["sha256"]
