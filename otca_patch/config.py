@@ -134,19 +134,6 @@ def _checkpoints(text: str) -> dict:
     return pairs
 
 
-def _option_value(text: str):
-    """Numbers and booleans as such; anything else stays a string (paths, model names)."""
-    lowered = text.lower()
-    if lowered in ("true", "false"):
-        return lowered == "true"
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            pass
-    return text
-
-
 def _reward_options(text: str) -> dict:
     options: dict = {}
     for item in _csv(text):
@@ -154,7 +141,9 @@ def _reward_options(text: str) -> dict:
         name, dot, option = key.partition(".")
         if not sep or not dot or not name or not option:
             raise argparse.ArgumentTypeError(f"expected NAME.KEY=VALUE, got {item!r}")
-        options.setdefault(name.strip(), {})[option.strip()] = _option_value(value.strip())
+        # text until the adapter's parameter types convert it (rewards.registry.convert_options):
+        # clip_t.model_name=007 stays "007"
+        options.setdefault(name.strip(), {})[option.strip()] = value.strip()
     return options
 
 

@@ -125,3 +125,24 @@ def test_bad_inputs_are_named(setup, capsys, tmp_path):
     assert "no prompts" in capsys.readouterr().err
     assert main(setup["argv"] + ["--checkpoint", str(tmp_path / "nowhere"), "--out", str(tmp_path / "o")]) == 2
     assert "no such folder" in capsys.readouterr().err
+
+
+def test_a_truncated_checkpoint_is_named_without_a_traceback(setup, capsys, tmp_path):
+    folder = save_dancegrpo_checkpoint(tiny_transformer(0), tmp_path / "outputs", step=3)
+    weights = folder / "diffusion_pytorch_model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])  # a save killed half way
+    assert main(setup["argv"] + ["--checkpoint", str(folder), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert f"{weights}: cannot be read as safetensors" in err and "Traceback" not in err
+
+
+def test_stale_temporary_files_are_removed_when_the_cache_opens(tmp_path):
+    from otca_patch.evaluation.cache import EntryCache
+
+    folder = tmp_path / "cache" / "base-abc"
+    folder.mkdir(parents=True)
+    (folder / ".00001.json.x1y2.tmp").write_text('{"half')  # a write killed before its rename
+    (folder / "00000.json").write_text('{"seed": 1}')
+    cache = EntryCache(folder, {"seed": 1})
+    assert sorted(p.name for p in folder.iterdir()) == ["00000.json", "settings.json"]
+    assert cache.get(0) == {"seed": 1} and cache.get(1) is None
