@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..config import OtcaConfig
+from ..files import atomic_write_text
 
 UPSTREAM_FILE = "scripts/train_sd3.py"
 PROMPTS = ("a red circle on a white background", "a blue square in the snow", "a green triangle at night",
@@ -64,9 +65,7 @@ def config_overrides(sizes: Sizes, dataset: Path, model: Path) -> dict:
 
 def _write_once(path: Path, text: str) -> None:
     """Atomic write (several processes may write the same file)."""
-    partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
-    partial.write_text(text)
-    os.replace(partial, path)
+    atomic_write_text(path, text)
 
 
 def tiny_pipeline(folder: Path) -> Path:

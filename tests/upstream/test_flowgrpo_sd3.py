@@ -205,9 +205,11 @@ def test_otca_run_wraps_flowgrpos_accelerate_command_line(flow_grpo, tiny_sd3, t
     assert done.returncode == 0, done.stderr[-4000:]
     assert "hook points hold in: scripts/train_sd3.py" in done.stderr
     assert "otca-patch: running scripts/train_sd3.py rewritten by" in done.stderr
-    from otca_patch.runlog import read_run_log
+    from otca_patch.files import read_jsonl
 
-    records = read_run_log(str(log_dir / "run_log.jsonl"))
+    numbered, warnings = read_jsonl(log_dir / "run_log.jsonl")
+    assert not warnings
+    records = [record for _, record in numbered]
     assert [(r["step"], r["rank"], r["objectives"]) for r in records] == [
         (1, 0, ["upstream", "jpeg_compressibility"]), (2, 0, ["upstream", "jpeg_compressibility"])]
 
