@@ -40,6 +40,16 @@ class OtcaConfig:
     otca_explore: float = flag("MOCA exploration bias beta (>= 0)", 1.0)
     otca_std_scope: str = flag("std that normalises rewards: 'group' (the spec) or 'batch' (FlowGRPO's "
                                 "global_std)", "group", choices=("group", "batch"))
+    otca_weight_scope: str = flag("TCD step weights from each sample's step shares ('sample', the spec) or the "
+                                   "batch's mean shares ('batch': a timestep-schedule control)", "sample",
+                                   choices=("sample", "batch"))
+    otca_explore_center: bool = flag("MOCA exploration strength from |q - mean_g(q)| instead of |q|", False)
+    otca_fusion: str = flag("MOCA fusion: per sample ('sample', the spec) or one exact minimum-norm mixture per "
+                             "group ('group', the MGDA reading)", "sample", choices=("sample", "group"))
+    otca_final_state: str = flag("DanceGRPO samplers: TCD's final state z_T is the last latent ('latent', the spec) "
+                                  "or the last step's predicted clean sample that upstream decodes and scores "
+                                  "('prediction')", "latent", choices=("latent", "prediction"),
+                                 target_only=True)
     otca_log_dir: str = flag("where run_log.jsonl is written", "otca_logs")
     otca_reward_device: str = flag("device of the registry reward models (default: the trainer's)", "")
     otca_video_frames: int = flag("video targets: frames per video (evenly spaced) that image objectives of the "
@@ -77,7 +87,8 @@ class OtcaConfig:
             return CreditConfig(mode=self.otca_mode, w_min=self.otca_w_min, eps=self.otca_eps,
                                 adv_eps=self.otca_adv_eps, std_correction=self.otca_std_correction,
                                 explore=self.otca_explore, objective_weights=self.otca_objective_weights,
-                                std_scope=self.otca_std_scope)
+                                std_scope=self.otca_std_scope, weight_scope=self.otca_weight_scope,
+                                explore_center=self.otca_explore_center, fusion=self.otca_fusion)
         except ValueError as exc:
             raise ValueError(f"--otca_{exc}") from None
 

@@ -1,5 +1,6 @@
-"""``scripts/ab_compare.sh [--out DIR] [--private PATH] UPSTREAM_LAUNCH.sh [--otca flags]``
-``scripts/ab_compare.sh [--out DIR] --smoke UPSTREAM_DIR [--steps N] [--seed S] [--otca flags]``
+"""``otca-patch ab [--out DIR] [--private PATH] UPSTREAM_LAUNCH.sh [--otca flags]``
+``otca-patch ab [--out DIR] --smoke UPSTREAM_DIR [--steps N] [--seed S] [--otca flags]``
+(``scripts/ab_compare.sh`` is an alias)
 
 Runs one launch twice, one side after the other, then ``otca-patch compare``:
 
@@ -14,7 +15,7 @@ Each side runs in DIR/<side>, a working copy of the checkout (symlinks) in which
 writes into its working directory (./images, ./reward.txt, ./videos, ...: the target's descriptor
 lists it) and the launch script's relative --output_dir (checkpoints) are private, so the sides
 never overwrite each other and the checkout is left as it was. --private PATH adds another path a
-trainer writes. --smoke runs scripts/smoke_upstream.py (CPU, tiny models) instead of a launch.
+trainer writes. --smoke runs `otca-patch smoke` (CPU, tiny models) instead of a launch.
 """
 from __future__ import annotations
 
@@ -28,7 +29,6 @@ from ..analysis.logs import LogError
 from ..config import parse_otca_args
 from .workdir import cwd_outputs, make_working_copy, output_dirs_of
 
-REPO = Path(__file__).resolve().parents[2]
 SIDE_FLAGS = ("--otca", "--otca_observe")
 SIDES = (("vanilla", "--otca_observe"), ("otca", "--otca"))
 
@@ -74,11 +74,11 @@ def run_side(command: list[str], cwd: Path, log: Path) -> int:
 
 
 def smoke_command(upstream: Path, run_dir: Path, flags: list[str]) -> list[str]:
-    return [sys.executable, str(REPO / "scripts" / "smoke_upstream.py"), str(upstream.resolve()), str(run_dir), *flags]
+    return [sys.executable, "-m", "otca_patch.smoke", str(upstream.resolve()), str(run_dir), *flags]
 
 
 def launch_command(launch: Path, run_dir: Path, flags: list[str]) -> list[str]:
-    return [str(REPO / "scripts" / "otca_run.sh"), str(launch), *flags, "--otca_log_dir", str(run_dir)]
+    return [sys.executable, "-m", "otca_patch.launch.wrapper", str(launch), *flags, "--otca_log_dir", str(run_dir)]
 
 
 def main(argv=None) -> int:

@@ -1,4 +1,14 @@
-"""Command line of ``scripts/smoke_upstream.py``: one CPU smoke run of an upstream target."""
+"""``otca-patch smoke UPSTREAM_DIR OUT_DIR [--target NAME] [--steps N] [--seed S] [--otca --otca_* ...]``
+(also ``python -m otca_patch.smoke ...``, so ``torchrun -m`` / ``accelerate launch -m`` work):
+run the real upstream trainer step on the CPU with tiny models, with or without the layer.
+
+UPSTREAM_DIR is a DanceGRPO or FlowGRPO checkout (e.g. upstream/DanceGRPO); --target picks
+dancegrpo-flux (the default for DanceGRPO), dancegrpo-hunyuan, dancegrpo-wan or flowgrpo-sd3.
+Without --otca the upstream file runs unpatched; with --otca alone the objectives are upstream's
+reward and a tiny CLIP-T from the reward registry. Upstream's own outputs (images/, reward.txt),
+the run log and smoke.json ({"otca": bool, "steps": [{"loss": x, "grad_norm": y}, ...]}) land in
+OUT_DIR. Works under ``torchrun --nproc_per_node 2`` too (a gloo world on the CPU).
+"""
 from __future__ import annotations
 
 import argparse
@@ -12,6 +22,7 @@ from pathlib import Path
 
 from ..config import ENV_ARGS, config_from_environment
 from ..flags import add_flags, from_namespace
+from ..hooks.checkout import check_upstream_dir
 from ..hooks.errors import PatchError
 from ..targets.registry import all_targets
 
@@ -54,7 +65,8 @@ def detect_target(upstream_dir: Path, targets: dict) -> str:
 
 
 def build_parser(sizes_type) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="smoke_upstream.py", description=sys.modules["__main__"].__doc__)
+    parser = argparse.ArgumentParser(prog="otca-patch smoke", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("upstream_dir", type=Path, help="upstream checkout, e.g. upstream/DanceGRPO")
     parser.add_argument("out_dir", type=Path, help="where upstream's outputs, the run log and smoke.json go")
     parser.add_argument("--target", choices=sorted(smoke_targets()), help="default: detected from the checkout")
@@ -76,6 +88,7 @@ def main(argv=None) -> int:
         known, _ = peek.parse_known_args(rest)
         if known.upstream_dir is None:
             build_parser(smoke_module(next(iter(targets.values()))[1]).Sizes).parse_args(rest)  # prints usage
+        check_upstream_dir(known.upstream_dir)
         target = targets[known.target or detect_target(known.upstream_dir, targets)][1]
         module = smoke_module(target)
     except ValueError as exc:

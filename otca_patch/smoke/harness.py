@@ -4,6 +4,7 @@ recorder of tests/upstream/term_probe.py) is built from the upstream module and 
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import json
 import os
 import sys
@@ -30,6 +31,26 @@ def load_upstream(upstream_dir: Path, relative_file: str, config: OtcaConfig, mo
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def call_by_signature(function, available: dict):
+    """Call an upstream function with the arguments its signature names, taken from ``available``
+    by parameter name (extra entries are ignored), so a smoke run works on any upstream commit whose
+    hook points hold, whatever the parameters' order or number (e.g. DanceGRPO's FLUX
+    ``train_one_step`` gained ``ema_handler`` after its first release). A parameter without a default
+    that ``available`` lacks is a ``ValueError`` naming it."""
+    parameters = inspect.signature(function).parameters  # follows __wrapped__ through the layer's wrapper
+    variadic = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+    missing = [name for name, p in parameters.items()
+               if name not in available and p.default is inspect.Parameter.empty and p.kind not in variadic]
+    if missing:
+        raise ValueError(f"upstream {function.__name__}() takes {', '.join(missing)}, which the smoke run does not "
+                         f"provide (it provides {', '.join(available)}); the smoke target needs updating for this commit")
+    positional = [available[name] for name, p in parameters.items()
+                  if p.kind is inspect.Parameter.POSITIONAL_ONLY and name in available]
+    keywords = {name: available[name] for name, p in parameters.items()
+                if p.kind not in variadic and p.kind is not inspect.Parameter.POSITIONAL_ONLY and name in available}
+    return function(*positional, **keywords)
 
 
 def cast_inputs_to_weights(model: torch.nn.Module) -> None:

@@ -28,6 +28,8 @@ class Runtime:
     upstream_rewards = UpstreamRewards()
     #: the target's descriptor (set by ``Target``); target-only flags are checked against it
     target = None
+    #: the hook-point spec (set by the runner); names the file in run-time invariant errors
+    spec = None
     #: public methods no hook point calls: the runtime calls them itself, or tests and tools do
     INTERNAL = frozenset({"describe", "reset", "bind_objectives", "credit", "choose", "credit_record",
                           "write_record", "number_groups", "observing"})

@@ -15,6 +15,7 @@ import torch
 
 from ..credit import similarity_to_final, step_progress
 from ..distributed import world
+from ..invariants import TrainedStepCheck
 from .base import Runtime
 
 #: the samples key of the per-step advantage ``[B, S-1]``, permuted with the steps
@@ -24,16 +25,38 @@ STEP_KEY = "otca_advantages"
 class GrpoRuntime(Runtime):
     """State of the layer inside one DanceGRPO process (one rank)."""
 
-    INTERNAL = Runtime.INTERNAL | {"assign_per_step", "group_ids", "progress", "rewards", "write_log"}
+    INTERNAL = Runtime.INTERNAL | {"assign_per_step", "group_ids", "progress", "rewards", "write_log", "final_state"}
 
     def __init__(self, config):
         super().__init__(config)
+        self.step_check = TrainedStepCheck()
         self.bind_objectives()  # before upstream builds its models: a bad checkpoint stops the run early
 
     def reset(self) -> None:
         super().reset()
         self.trained_steps = None
         self.samples, self.prompts = [], []
+        self.final_predictions = []
+
+    # ---- hook: collect_final_prediction (the sampler, after each rollout chunk)
+    def collect_final_prediction(self, prediction: torch.Tensor) -> None:
+        """Keep the last step's predicted clean sample ``[b, ...]`` of one rollout chunk (what
+        upstream decodes and scores): TCD's ``z_T`` with ``--otca_final_state prediction`` (spec 1.7).
+        Only targets whose spec has this hook take the flag (their descriptor lists it)."""
+        if self.config.otca_final_state == "prediction":
+            self.final_predictions.append(prediction.detach())
+
+    def final_state(self, all_latents: torch.Tensor):
+        """TCD's explicit final state ``[B, ...]`` (None: the last latent, the default)."""
+        if self.config.otca_final_state != "prediction":
+            return None
+        expected = (all_latents.shape[0],) + tuple(all_latents.shape[2:])
+        final = torch.cat(self.final_predictions) if self.final_predictions else None
+        if final is None or tuple(final.shape) != expected:
+            raise RuntimeError(f"--otca_final_state prediction: collect_final_prediction gave "
+                               f"{None if final is None else tuple(final.shape)} for latents of one state "
+                               f"{expected}; the sampler hook no longer matches this trainer")
+        return final.to(all_latents.device)
 
     # ---- hooks: collect_decoded_images / collect_decoded_videos (sample_reference_model)
     def collect_images(self, decoded_images, captions) -> None:
@@ -71,18 +94,20 @@ class GrpoRuntime(Runtime):
         per_rank = all_latents.shape[0]
         rows = torch.arange(per_rank, device=all_latents.device) if rows is None else rows
         kept_steps = samples["log_probs"].shape[1]  # S-1: upstream drops the last step
-        delta_s = self.progress(all_latents[rows])
+        final = self.final_state(all_latents)
+        delta_s = self.progress(all_latents[rows], None if final is None else final[rows])
         local, summary = self.credit(rewards, delta_s, self.group_ids(rows, per_rank, args))
         upstream_per_step = upstream_advantages.reshape(-1, 1).expand(-1, kept_steps).clone()
         trained = self.choose(local["advantages"][:, :kept_steps], upstream_per_step)
         samples[STEP_KEY] = trained
-        self.record = self.credit_record(local, summary, rewards, trained, upstream_advantages, **record)
+        self.record = self.credit_record(local, summary, rewards, trained, upstream_advantages,
+                                         final_state=self.config.otca_final_state, **record)
         return self.choose(local["combined"], upstream_advantages)
 
-    def progress(self, all_latents: torch.Tensor) -> torch.Tensor:
+    def progress(self, all_latents: torch.Tensor, final=None) -> torch.Tensor:
         """TCD's ``delta_s [B, S]`` float64 from the trajectories ``[B, S+1, ...]`` (computed where
-        the latents are: only this travels between ranks)."""
-        return step_progress(similarity_to_final(all_latents).double())
+        the latents are: only this travels between ranks); ``final [B, ...]``: an explicit ``z_T``."""
+        return step_progress(similarity_to_final(all_latents, final=final).double())
 
     @staticmethod
     def group_ids(rows: torch.Tensor, per_rank: int, args) -> torch.Tensor:
@@ -105,6 +130,20 @@ class GrpoRuntime(Runtime):
         train_timesteps = int(perms.shape[1] * args.timestep_fraction)
         self.trained_steps = perms[:, :train_timesteps]
 
+    # ---- hooks: permute_advantages_with_steps, watch_trained_step (module level), read_step_advantage
+    def permuted_keys(self, samples: dict, keys: list) -> list:
+        """Upstream's permuted keys plus the per-step advantage and its steps' fingerprints."""
+        return self.step_check.permuted_keys(samples, list(keys) + [STEP_KEY])
+
+    def watch_trained_step(self, grpo_one_step):
+        """Upstream's one-step function, watched so the first training step can check its columns."""
+        self.step_check.spec = self.spec
+        return self.step_check.watch(grpo_one_step)
+
+    def step_advantage(self, sample: dict, column) -> torch.Tensor:
+        """The advantage of the step trained in ``column`` (checked against it at the first step)."""
+        return self.step_check.read(sample, column, STEP_KEY)
+
     # ---- hook: log_each_step (module level)
     def wrap_train_step(self, train_one_step):
         runtime = self
@@ -112,6 +151,7 @@ class GrpoRuntime(Runtime):
         def train_one_step_with_otca(*args, **kwargs):
             runtime.reset()
             result = train_one_step(*args, **kwargs)
+            runtime.step_check.end_step()
             runtime.write_log(result)
             return result
 

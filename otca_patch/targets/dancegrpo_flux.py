@@ -29,5 +29,5 @@ class FluxRuntime(GrpoRuntime):
     """DanceGRPO's FLUX trainer follows the DanceGRPO skeleton: the family runtime does it all."""
 
 
-TARGET = Target("dancegrpo-flux", FluxRuntime, outputs=("images", "reward.txt"),
+TARGET = Target("dancegrpo-flux", FluxRuntime, outputs=("images", "reward.txt"), flags=("otca_final_state",),
                 smoke="otca_patch.smoke.dancegrpo_flux", smoke_objectives=("upstream", "clip_t"))

@@ -14,7 +14,17 @@ class TermRecorder:
 
     def __init__(self, module, log_prob_index: int):
         self.rollout_log_probs, self.new_log_probs = [], []
+        self.sampled = []  # DanceGRPO's run_sample_step: (trajectory, last predicted clean sample) per chunk
         sample, grpo = module.sample_reference_model, module.grpo_one_step
+        if hasattr(module, "run_sample_step"):
+            sampler = module.run_sample_step
+
+            def run_sample_step(*args, **kwargs):
+                result = sampler(*args, **kwargs)  # z, predicted clean sample, all_latents, log-probs
+                self.sampled.append((result[2].detach().clone(), result[1].detach().clone()))
+                return result
+
+            module.run_sample_step = run_sample_step
 
         def sample_reference_model(*args, **kwargs):
             result = sample(*args, **kwargs)
@@ -30,4 +40,5 @@ class TermRecorder:
 
     def save(self, path: Path) -> None:
         torch.save({"rollout_log_probs": self.rollout_log_probs,
-                    "new_log_probs": [t.reshape(-1) for t in self.new_log_probs]}, path)
+                    "new_log_probs": [t.reshape(-1) for t in self.new_log_probs],
+                    "trajectories": [t for t, _ in self.sampled], "predictions": [p for _, p in self.sampled]}, path)
