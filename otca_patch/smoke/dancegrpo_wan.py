@@ -21,7 +21,7 @@ import torch
 from ..config import OtcaConfig
 from . import wan_standins
 from .dancegrpo_flux import upstream_hps_reward
-from .harness import (TermRecorder, call_by_signature, enter_run_folder, finish, load_upstream, optimizer_and_schedule,
+from .harness import (call_by_signature, enter_run_folder, finish, load_upstream, optimizer_and_schedule,
                       report_step)
 
 UPSTREAM_FILE = "fastvideo/train_grpo_wan_2_1.py"
@@ -74,7 +74,7 @@ def weights_checksum(model: torch.nn.Module) -> float:
 
 
 def run(upstream_dir: Path, out_dir: Path, config: OtcaConfig, sizes: Sizes, reward_root: Path,
-        record_terms: bool = False) -> dict:
+        probe=None) -> dict:
     upstream_dir = upstream_dir.resolve()  # before the chdir below
     wan_standins.install()
     rank, world_size = enter_run_folder(out_dir, "videos")  # upstream writes ./videos/*.mp4, ./reward.txt
@@ -84,7 +84,7 @@ def run(upstream_dir: Path, out_dir: Path, config: OtcaConfig, sizes: Sizes, rew
     reward_root.mkdir(parents=True, exist_ok=True)
     hps_checkpoint = tiny.build_hpsv2(reward_root)
     module = load_upstream(upstream_dir, UPSTREAM_FILE, config, "dancegrpo_train_grpo_wan_2_1")
-    recorder = TermRecorder(module, log_prob_index=2) if record_terms else None
+    recorder = probe(module, log_prob_index=2) if probe else None  # all_log_probs: result[2]
 
     torch.manual_seed(sizes.seed)  # the same weights for every rank and every mode
     transformer = wan_standins.TinyWanTransformer()
