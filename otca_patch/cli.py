@@ -10,7 +10,7 @@ COMMANDS = {
     "credit": ("otca_patch.credit.example", "compute OTCA credit on a built-in example and print it"),
     "demo": ("otca_patch.demo.cli", "vanilla vs OTCA GRPO on a tiny FLUX-architecture model (CPU, minutes)"),
     "ablate": ("otca_patch.demo.ablate", "all six credit modes over several seeds, the paper's Table 4 layout"),
-    "proxy": ("otca_patch.demo.proxy", "proxy validity of TCD's progress (spec section 7, paper Table 5)"),
+    "proxy": ("otca_patch.demo.proxy_command", "proxy validity of TCD's progress (spec section 7, paper Table 5)"),
     "doctor": ("otca_patch.hooks.doctor", "check every hook-point spec against an upstream checkout"),
     "run": ("otca_patch.launch", "run an upstream trainer script with the layer installed (used by scripts/otca_run.sh)"),
     "compare": ("otca_patch.analysis.compare", "report.md and plots from two or more run folders (A/B, ablations)"),

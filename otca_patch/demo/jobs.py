@@ -22,32 +22,39 @@ from .progress import progress_bar
 
 @dataclass(frozen=True)
 class Job:
-    config: dict  # DemoConfig.to_dict(), with the job's seed
-    mode: str
+    config: dict  # DemoConfig.to_dict()
+    mode: str  # a name of variants.VARIANTS
+    seed: int
     base_path: str  # the cached base model file
 
     @property
     def label(self) -> str:
-        return f"seed {self.config['seed']} {self.mode}"
+        return f"seed {self.seed} {self.mode}"
 
 
 def run_job(job: Job, on_iteration: Optional[Callable[[], None]] = None) -> dict:
-    """Load the base model, evaluate it, train ``job.mode``; returns ``{"history", "base_eval", "seconds"}``."""
+    """Load the base model, evaluate it, train ``job.mode``; returns ``{"history", "base_eval",
+    "oracle_eval", "seconds", "cpu_seconds"}``."""
+    from .evaluation import oracle_rewards
     from .grpo import train_mode
     from .pretrain import build_model
+    from .variants import VARIANTS
 
     config = DemoConfig(**job.config)
     if config.threads:
         torch.set_num_threads(config.threads)
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     model = build_model(config)
     saved = torch.load(job.base_path, map_location="cpu", weights_only=True)
     model.load_state_dict(saved["state_dict"])
     model.eval()
     eval_set = make_eval_set(config, model.token_shape)
-    base_rewards = evaluate(model, eval_set, config)
-    _, history = train_mode(model, config, job.mode, eval_set, base_rewards.mean(0).tolist(), on_iteration=on_iteration)
-    return {"history": asdict(history), "base_eval": base_rewards.tolist(), "seconds": time.perf_counter() - started}
+    base_rewards, _ = evaluate(model, eval_set, config)
+    _, history = train_mode(model, config, VARIANTS[job.mode], job.seed, eval_set, base_rewards.mean(0).tolist(),
+                            on_iteration=on_iteration)
+    return {"history": asdict(history), "base_eval": base_rewards.tolist(),
+            "oracle_eval": oracle_rewards(eval_set, config).tolist(),
+            "seconds": time.perf_counter() - started, "cpu_seconds": time.process_time() - cpu_started}
 
 
 def _worker(job: Job, ticks) -> dict:
