@@ -137,7 +137,6 @@ def _with_objectives(delta_r: torch.Tensor, n: int, t: int, source: str, key: st
     return delta_r
 
 
-@torch.no_grad()
 def demo_trajectories(config: DemoConfig, n: int, seed: int, log=print) -> dict:
     """Sample ``n`` SDE trajectories of the demo's base model and score, at every state t = 0..T, both
     definitions of the state: ``rewards`` (the predicted clean sample made at ``z_t``) and
@@ -162,6 +161,7 @@ def demo_trajectories(config: DemoConfig, n: int, seed: int, log=print) -> dict:
               "rewards_latent": torch.cat([rollout.latents[:, :-1], final], 1)}
     count = rollout.latents.shape[1]
 
+    @torch.no_grad()
     def score(tokens):
         images = unpack(tokens.flatten(0, 1), config.image_size)
         return objective_rewards(images, prompts.repeat_interleave(count, 0)).view(n, count, -1)
