@@ -30,40 +30,13 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from ..config import OtcaConfig
 from ..distributed import world
-from ..hooks.spec import TargetSpec
-from .common import GrpoRuntime, frames_to_tensor
-
-
-def install(config: OtcaConfig, spec: TargetSpec, namespace: dict) -> "WanRuntime":
-    """Called by the runner before the rewritten module executes."""
-    return WanRuntime(config)
+from .dancegrpo import GrpoRuntime
+from .descriptor import Target
 
 
 class WanRuntime(GrpoRuntime):
     """State of the layer inside one DanceGRPO Wan2.1 process (one rank)."""
-
-    supports_sync_grads = True
-
-    def reset(self) -> None:
-        super().reset()
-        self.videos, self.prompts = [], []
-
-    # ---- hook: collect_decoded_videos (sample_reference_model)
-    def collect_video(self, decoded_video, captions) -> None:
-        """decoded_video: one video as upstream decodes it, numpy ``[F, H, W, 3]`` in [0, 1]."""
-        if self.objectives.needs_images:
-            self.videos.append(frames_to_tensor(decoded_video))
-            self.prompts.append(captions[0])
-
-    # ---- hook: per_step_advantages (train_one_step)
-    def assign_advantages(self, samples: dict, all_latents: torch.Tensor, upstream_advantages: torch.Tensor, args):
-        """Returns the value upstream stores in ``samples["advantages"]`` and sets ``samples["otca_advantages"]``."""
-        videos = torch.stack(self.videos) if self.videos else None  # [B, F, 3, H, W]
-        rewards = self.objectives.video_matrix(samples.get("rewards"), videos, self.prompts,
-                                               self.config.otca_video_frames).to(all_latents.device)
-        return self.assign_per_step(samples, all_latents, rewards, upstream_advantages, args)
 
     # ---- hook: synchronise_gradients (train_one_step, before clip_grad_norm_)
     def synchronise_gradients(self, model: torch.nn.Module) -> None:
@@ -82,3 +55,8 @@ class WanRuntime(GrpoRuntime):
         for grad in grads:
             grad.copy_(flat[offset:offset + grad.numel()].view_as(grad))
             offset += grad.numel()
+
+
+TARGET = Target("dancegrpo-wan", WanRuntime, outputs=("videos", "reward.txt"),
+                flags=("otca_video_frames", "otca_sync_grads"), smoke="otca_patch.smoke.dancegrpo_wan",
+                smoke_objectives=("upstream", "clip_t"))
