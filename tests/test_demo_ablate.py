@@ -1,19 +1,14 @@
 """``otca-patch ablate``: the Table-4 layout with controls, the credit options it needs, and a tiny
 end-to-end run."""
-import dataclasses
 import json
 
 import pytest
 import torch
 from demo_fixtures import one_thread  # noqa: F401 (autouse)
 
-from otca_patch.credit import CreditConfig
 from otca_patch.demo import ablate
 from otca_patch.demo.config import TINY_SIZES
 from otca_patch.demo.variants import ABLATION_ORDER, VARIANTS, check_available
-
-HAS_OPTIONS = {"weight_scope", "explore_center", "fusion"} <= {f.name for f in dataclasses.fields(CreditConfig)}
-
 
 def _stat(mean):
     return {"mean": mean, "low": mean - 0.1, "high": mean + 0.1, "n": 3, "values": []}
@@ -52,18 +47,26 @@ def test_every_row_is_a_credit_mode_with_options_of_the_engine():
     assert VARIANTS["multi_grpo_moca_rms"].rescale_to == "moca"
 
 
-@pytest.mark.skipif(HAS_OPTIONS, reason="the credit engine has every option")
-def test_a_control_the_engine_cannot_run_is_named_before_any_work(tmp_path, capsys):
-    with pytest.raises(ValueError, match="weight_scope"):
+def test_a_control_the_engine_cannot_run_is_named_before_any_work(tmp_path, capsys, monkeypatch):
+    from otca_patch.demo import variants
+
+    monkeypatch.setitem(variants.VARIANTS, "tcd_batch", variants.Variant("tcd_batch", "tcd", {"weight_scopes": "batch"}))
+    with pytest.raises(ValueError, match="weight_scopes"):
         check_available(["otca", "tcd_batch"])
     assert ablate.main(["--out", str(tmp_path), "--modes", "multi_grpo,tcd_batch"]) == 2
-    assert "weight_scope" in capsys.readouterr().err
+    assert "weight_scopes" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_controls_run_on_this_credit_engine():
+    check_available(ABLATION_ORDER)
+    assert VARIANTS["moca_group"].credit_config().fusion == "group"
+    assert VARIANTS["moca_centred"].credit_config().explore_center is True
 
 
 @pytest.mark.slow
 def test_tiny_ablation_writes_the_table(tmp_path, capsys):
-    flags = ["--out", str(tmp_path), "--base_cache", str(tmp_path), "--modes", "multi_grpo,moca,otca,moca_beta0",
+    flags = ["--out", str(tmp_path), "--base_cache", str(tmp_path), "--modes", "multi_grpo,otca,tcd_batch,moca_group",
              "--seeds", "0,1"]
     for name, value in TINY_SIZES.items():
         if name in ("modes", "seeds"):
@@ -71,11 +74,11 @@ def test_tiny_ablation_writes_the_table(tmp_path, capsys):
         flags += [f"--{name}"] if value is True else ([f"--no_{name}"] if value is False else [f"--{name}", str(value)])
     assert ablate.main(flags) == 0
     result = json.loads((tmp_path / "ablation.json").read_text())
-    assert result["seeds"] == [0, 1] and set(result["table"]) == {"multi_grpo", "moca", "otca", "moca_beta0"}
+    assert result["seeds"] == [0, 1] and set(result["table"]) == {"multi_grpo", "otca", "tcd_batch", "moca_group"}
     assert len(result["table"]["otca"]["palette"]["values"]) == 2
-    assert set(result["comparisons"]) == {"moca", "otca", "moca_beta0"}
+    assert set(result["comparisons"]) == {"otca", "tcd_batch", "moca_group"}
     text = (tmp_path / "ablation.md").read_text()
-    assert "OTCA (TCD + MOCA)" in text and "MOCA, beta = 0" in text
+    assert "OTCA (TCD + MOCA)" in text and "fusion=group" in text
     assert "| Method |" in capsys.readouterr().out
 
 

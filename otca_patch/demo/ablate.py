@@ -11,7 +11,9 @@ import time
 from pathlib import Path
 
 from .cli import fail, parse
-from .config import DemoConfig, add_dataclass_flags, dataclass_from_args
+from otca_patch.flags import add_flags, from_namespace
+
+from .config import DemoConfig
 from .report import interval
 from .variants import ABLATION_ORDER, VARIANTS
 
@@ -28,7 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
                "cached in --base_cache (default: the demo's folder, so a previous demo run is reused). The first "
                "of --modes is the reference of the paired differences.",
     )
-    add_dataclass_flags(parser, DemoConfig, defaults=DEFAULTS)
+    add_flags(parser, DemoConfig, defaults=DEFAULTS)
     return parser
 
 
@@ -37,7 +39,7 @@ def main(argv=None) -> int:
     if args is None:
         return code
     try:
-        config = dataclass_from_args(DemoConfig, args)
+        config = from_namespace(DemoConfig, args)
         from .variants import check_available
 
         check_available(config.mode_list())

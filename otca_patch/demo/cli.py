@@ -8,7 +8,9 @@ import shlex
 import sys
 import time
 
-from .config import DemoConfig, add_dataclass_flags, dataclass_from_args
+from otca_patch.flags import add_flags, from_namespace
+
+from .config import DemoConfig
 
 
 def build_parser(prog: str = "otca-patch demo") -> argparse.ArgumentParser:
@@ -18,7 +20,7 @@ def build_parser(prog: str = "otca-patch demo") -> argparse.ArgumentParser:
                "and caches the base model there (reused by the next run with the same base-model flags). "
                "Runs are paired by seed; every objective is reported as the fraction of the base-to-oracle gap closed.",
     )
-    add_dataclass_flags(parser, DemoConfig)
+    add_flags(parser, DemoConfig)
     return parser
 
 
@@ -44,7 +46,7 @@ def main(argv=None) -> int:
     if args is None:
         return code
     try:
-        config = dataclass_from_args(DemoConfig, args)
+        config = from_namespace(DemoConfig, args)
     except ValueError as exc:
         return fail(parser.prog, str(exc))
     started = time.perf_counter()

@@ -1,18 +1,14 @@
 """The demo's one configuration object: every field is a command-line flag (``--grpo_steps`` for
-``grpo_steps``, the project's one flag style), so the flags, their defaults and their checks live in
-one place."""
+``grpo_steps``, made by the project's one flag generator ``otca_patch.flags``), so the flags, their
+defaults and their checks live in one place."""
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
-from dataclasses import MISSING, asdict, dataclass, field, fields
-from typing import Optional
+from dataclasses import asdict, dataclass
 
+from otca_patch.flags import flag
 
-
-def _flag(help_text: str, default, **extra):
-    return field(default=default, metadata={"help": help_text, **extra})
 
 
 @dataclass
@@ -27,52 +23,52 @@ class DemoConfig:
     DanceGRPO rank with gradient accumulation over its rollouts.
     """
 
-    out: str = _flag("output folder (report, plots, cached base model)", "runs/demo")
-    modes: str = _flag("comma-separated credit variants to compare (a mode of otca_patch.credit or a control of "
+    out: str = flag("output folder (report, plots, cached base model)", "runs/demo")
+    modes: str = flag("comma-separated credit variants to compare (a mode of otca_patch.credit or a control of "
                        "otca_patch.demo.variants); the first one is the reference", "multi_grpo,otca")
-    seeds: str = _flag("comma-separated GRPO seeds (prompts, initial and SDE noise; the same for every variant, "
+    seeds: str = flag("comma-separated GRPO seeds (prompts, initial and SDE noise; the same for every variant, "
                        "so runs are paired by seed)", "0,1,2,3")
     # --- base model (cached under the base cache folder by a hash of these fields)
-    base_seed: int = _flag("seed of the base model's initialisation and pre-training", 0)
-    base_cache: str = _flag("folder holding the cached base model ('' = the output folder)", "")
-    image_size: int = _flag("image side in pixels (even)", 12)
-    heads: int = _flag("attention heads of the tiny FLUX transformer", 2)
-    head_dim: int = _flag("attention head dimension (a multiple of 4)", 16)
-    layers: int = _flag("double-stream (joint) blocks", 1)
-    single_layers: int = _flag("single-stream blocks", 1)
-    text_dim: int = _flag("width of the prompt-word embeddings (joint and pooled projection dim)", 32)
-    pretrain_steps: int = _flag("flow-matching steps of the base model", 800)
-    pretrain_batch: int = _flag("images per flow-matching step", 64)
-    pretrain_lr: float = _flag("AdamW learning rate of pre-training", 3e-3)
-    corrupt_prob: float = _flag("probability of each corruption (colour jitter, blur, misplacement) in the "
+    base_seed: int = flag("seed of the base model's initialisation and pre-training", 0)
+    base_cache: str = flag("folder holding the cached base model ('' = the output folder)", "")
+    image_size: int = flag("image side in pixels (even)", 12)
+    heads: int = flag("attention heads of the tiny FLUX transformer", 2)
+    head_dim: int = flag("attention head dimension (a multiple of 4)", 16)
+    layers: int = flag("double-stream (joint) blocks", 1)
+    single_layers: int = flag("single-stream blocks", 1)
+    text_dim: int = flag("width of the prompt-word embeddings (joint and pooled projection dim)", 32)
+    pretrain_steps: int = flag("flow-matching steps of the base model", 800)
+    pretrain_batch: int = flag("images per flow-matching step", 64)
+    pretrain_lr: float = flag("AdamW learning rate of pre-training", 3e-3)
+    corrupt_prob: float = flag("probability of each corruption (colour jitter, blur, misplacement) in the "
                                 "pre-training mixture", 0.5)
     # --- GRPO (DanceGRPO's FLUX trainer)
-    grpo_steps: int = _flag("GRPO iterations (rollout + update) per run", 60)
-    prompts_per_step: int = _flag("prompts per iteration", 4)
-    group_size: int = _flag("samples per prompt (DanceGRPO's num_generations)", 8)
-    sampling_steps: int = _flag("SDE sampling steps T", 8)
-    eta: float = _flag("SDE noise level", 0.3)
-    shift: float = _flag("time shift of the sigma schedule, shift*s/(1+(shift-1)*s)", 3.0)
-    init_same_noise: bool = _flag("share the initial noise within each group (DanceGRPO --init_same_noise)", True)
-    timestep_fraction: float = _flag("fraction of the T-1 trainable steps each sample trains, in random order "
+    grpo_steps: int = flag("GRPO iterations (rollout + update) per run", 60)
+    prompts_per_step: int = flag("prompts per iteration", 4)
+    group_size: int = flag("samples per prompt (DanceGRPO's num_generations)", 8)
+    sampling_steps: int = flag("SDE sampling steps T", 8)
+    eta: float = flag("SDE noise level", 0.3)
+    shift: float = flag("time shift of the sigma schedule, shift*s/(1+(shift-1)*s)", 3.0)
+    init_same_noise: bool = flag("share the initial noise within each group (DanceGRPO --init_same_noise)", True)
+    timestep_fraction: float = flag("fraction of the T-1 trainable steps each sample trains, in random order "
                                      "(the paper: 1, no timestep fraction)", 1.0)
-    clip_range: float = _flag("PPO ratio clip range (the paper's 1e-4)", 1e-4)
-    adv_clip_max: float = _flag("advantage clipping bound", 5.0)
-    learning_rate: float = _flag("AdamW learning rate of GRPO", 1e-4)
-    weight_decay: float = _flag("AdamW weight decay of GRPO", 1e-4)
-    max_grad_norm: float = _flag("gradient-norm clip", 1.0)
-    micro_batch: int = _flag("samples per forward pass in the update (upstream: 1; the gradient is the same)", 32)
-    grad_accum: int = _flag("micro-batches per optimizer step", 1)
+    clip_range: float = flag("PPO ratio clip range (the paper's 1e-4)", 1e-4)
+    adv_clip_max: float = flag("advantage clipping bound", 5.0)
+    learning_rate: float = flag("AdamW learning rate of GRPO", 1e-4)
+    weight_decay: float = flag("AdamW weight decay of GRPO", 1e-4)
+    max_grad_norm: float = flag("gradient-norm clip", 1.0)
+    micro_batch: int = flag("samples per forward pass in the update (upstream: 1; the gradient is the same)", 32)
+    grad_accum: int = flag("micro-batches per optimizer step", 1)
     # --- evaluation
-    eval_every: int = _flag("evaluate every this many iterations", 10)
-    eval_prompts: int = _flag("fixed evaluation prompts", 32)
-    eval_samples_per_prompt: int = _flag("samples per evaluation prompt", 2)
-    eval_seed: int = _flag("seed of the evaluation prompts and noise (the same for every variant and seed)", 1234)
+    eval_every: int = flag("evaluate every this many iterations", 10)
+    eval_prompts: int = flag("fixed evaluation prompts", 32)
+    eval_samples_per_prompt: int = flag("samples per evaluation prompt", 2)
+    eval_seed: int = flag("seed of the evaluation prompts and noise (the same for every variant and seed)", 1234)
     # --- run
-    threads: int = _flag("torch CPU threads per process (0 = torch's default); tiny matrices gain nothing from "
+    threads: int = flag("torch CPU threads per process (0 = torch's default); tiny matrices gain nothing from "
                          "more, and numbers are reproducible for a fixed thread count", 1)
-    workers: int = _flag("processes running GRPO runs side by side (each with --threads threads); 1 = inline", 2)
-    quiet: bool = _flag("no progress bars", False)
+    workers: int = flag("processes running GRPO runs side by side (each with --threads threads); 1 = inline", 2)
+    quiet: bool = flag("no progress bars", False)
 
     def __post_init__(self) -> None:
         self.validate()
@@ -156,46 +152,6 @@ BASE_MODEL_FORMAT = 2
 def _require(name: str, ok: bool, message: str) -> None:
     if not ok:
         raise ValueError(f"--{name}: {message}")
-
-
-# ---------------------------------------------------------------------- argparse from dataclasses
-
-def add_dataclass_flags(parser: argparse.ArgumentParser, cls, skip: tuple = (), defaults: Optional[dict] = None) -> None:
-    """One ``--field_name`` flag per dataclass field (a bool is a switch ``--x``, with ``--no_x``
-    when it defaults to true): the project's flag style."""
-    defaults = defaults or {}
-    for f in fields(cls):
-        if f.name in skip:
-            continue
-        default = defaults.get(f.name, f.default if f.default is not MISSING else None)
-        help_text = f"{f.metadata.get('help', '')} (default: {default})"
-        if isinstance(default, bool):
-            parser.add_argument(f"--{f.name}", dest=f.name, default=default, action="store_true", help=help_text)
-            if default:
-                parser.add_argument(f"--no_{f.name}", dest=f.name, action="store_false", help=f"turn --{f.name} off")
-        else:
-            parser.add_argument(f"--{f.name}", dest=f.name, default=default, type=type(default), help=help_text)
-
-
-def dataclass_from_args(cls, args: argparse.Namespace, **overrides):
-    values = {f.name: getattr(args, f.name) for f in fields(cls) if hasattr(args, f.name)}
-    values.update(overrides)
-    return cls(**values)
-
-
-def config_flags(config, cls=None) -> list:
-    """The flags that parse back into ``config`` (fields that differ from the defaults)."""
-    cls = cls or type(config)
-    default, argv = cls(), []
-    for f in fields(cls):
-        value = getattr(config, f.name)
-        if value == getattr(default, f.name):
-            continue
-        if isinstance(value, bool):
-            argv.append(f"--{f.name}" if value else f"--no_{f.name}")
-        else:
-            argv += [f"--{f.name}", str(value)]
-    return argv
 
 
 #: Seconds-scale sizes for tests and smoke runs (the machinery, not a meaningful experiment).

@@ -30,7 +30,9 @@ import torch
 from otca_patch.proxy import PAPER_TABLE5, format_rows, proxy_rows, residual_pearson
 
 from .cli import fail, parse
-from .config import DemoConfig, add_dataclass_flags, dataclass_from_args
+from otca_patch.flags import add_flags, from_namespace
+
+from .config import DemoConfig
 
 DEFAULTS = {"out": "runs/proxy", "base_cache": "runs/demo", "sampling_steps": 16}
 #: Demo flags that mean nothing here (GRPO and evaluation sizes).
@@ -52,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=0, help="seed of the demo trajectories' prompts and noise (default: 0)")
     parser.add_argument("--save_trajectories", default="", help="also save the demo trajectories in the file format below "
                         "(default: <out>/trajectories.pt)")
-    add_dataclass_flags(parser, DemoConfig, skip=_UNUSED, defaults=DEFAULTS)
+    add_flags(parser, DemoConfig, skip=_UNUSED, defaults=DEFAULTS)
     return parser
 
 
@@ -187,7 +189,7 @@ def main(argv=None) -> int:
     try:
         if args.num_trajectories < 1:
             raise ValueError(f"--num_trajectories: must be >= 1, got {args.num_trajectories}")
-        config = dataclass_from_args(DemoConfig, args)
+        config = from_namespace(DemoConfig, args)
     except ValueError as exc:
         return fail(parser.prog, str(exc))
     from .files import atomic_torch_save, atomic_write_json, atomic_write_text
