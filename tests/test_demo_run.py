@@ -151,6 +151,29 @@ def test_runs_are_paired_by_seed_and_summarised_with_intervals(base):
     assert "otca" in result["verdicts"]
 
 
+def test_finished_runs_are_kept_and_reused_with_resume(base, tmp_path, monkeypatch):
+    config, _, _ = base
+    settings = dict(out=str(tmp_path), base_cache=config.out, grpo_steps=1, modes="multi_grpo,otca", resume=True)
+    first = run_experiment(tiny_config(**settings), log=lambda msg: None)
+    assert len(list((tmp_path / "finished_runs").iterdir())) == 2
+    import otca_patch.demo.experiment as experiment
+
+    real = experiment.run_jobs
+    asked = []
+
+    def counting(jobs, *args, **kwargs):
+        asked.append([(j.mode, j.seed) for j in jobs])
+        return real(jobs, *args, **kwargs)
+
+    monkeypatch.setattr(experiment, "run_jobs", counting)
+    again = run_experiment(tiny_config(**settings), log=lambda msg: None)
+    assert asked == [[]] and [r["history"] for r in again["runs"]] == [r["history"] for r in first["runs"]]
+    run_experiment(tiny_config(**{**settings, "modes": "multi_grpo,otca,moca"}), log=lambda msg: None)
+    assert asked[-1] == [("moca", 0)]  # only the new variant runs
+    run_experiment(tiny_config(**{**settings, "learning_rate": 1e-3}), log=lambda msg: None)
+    assert asked[-1] == [("multi_grpo", 0), ("otca", 0)]  # a changed training field reuses nothing
+
+
 def _tiny_flags(out):
     from otca_patch.demo.config import TINY_SIZES
 

@@ -19,7 +19,7 @@ from .variants import ABLATION_ORDER, VARIANTS
 
 #: The reference of the paired differences: the fair vanilla (per-reward normalisation).
 REFERENCE = "multi_grpo"
-DEFAULTS = {"out": "runs/ablate", "base_cache": "runs/demo",
+DEFAULTS = {"out": "runs/ablate", "base_cache": "runs/demo", "resume": True,
             "modes": ",".join([REFERENCE] + [m for m in ABLATION_ORDER if m != REFERENCE])}
 
 
@@ -31,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
                "of --modes is the reference of the paired differences.",
     )
     add_flags(parser, DemoConfig, defaults=DEFAULTS)
+    parser.add_argument("--no_resume", dest="resume", action="store_false", help="turn --resume off (on by default here)")
     return parser
 
 

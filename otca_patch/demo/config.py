@@ -69,6 +69,8 @@ class DemoConfig:
                          "more, and numbers are reproducible for a fixed thread count", 1)
     workers: int = flag("processes running GRPO runs side by side (each with --threads threads); 1 = inline", 2)
     quiet: bool = flag("no progress bars", False)
+    resume: bool = flag("keep each finished GRPO run under <out>/finished_runs/ and reuse the runs whose variant, "
+                        "seed and training fields match (an interrupted run continues where it stopped)", False)
 
     def __post_init__(self) -> None:
         self.validate()

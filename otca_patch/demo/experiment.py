@@ -7,7 +7,7 @@ from typing import Optional
 
 import torch
 
-from .config import DemoConfig
+from .config import BASE_MODEL_FORMAT, DemoConfig
 from .evaluation import gap_closed
 from .jobs import Job, run_jobs
 from .pixel_rewards import OBJECTIVES
@@ -39,11 +39,41 @@ def run_experiment(config: DemoConfig, modes: Optional[list] = None, seeds: Opti
     info = ensure_base_model(config, log=log)
     base_seconds, base_cpu = time.perf_counter() - started, time.process_time() - cpu_started
     jobs = [Job(config=config.to_dict(), mode=mode, seed=seed, base_path=info["path"]) for seed in seeds for mode in modes]
-    outputs = run_jobs(jobs, config.workers, config)
+    outputs = _run_or_resume(jobs, config, log)
     result = summarise(config, jobs, outputs, info)
     result["seconds"] = {"base_model": base_seconds, "base_model_cpu": base_cpu,
                          "grpo_cpu": sum(o["cpu_seconds"] for o in outputs), "total": time.perf_counter() - started}
     return result
+
+
+def _run_or_resume(jobs: list, config: DemoConfig, log) -> list:
+    """Run the jobs; with ``config.resume``, keep each finished run under ``<out>/finished_runs/`` and
+    reuse those whose variant, seed and every training field match."""
+    import hashlib
+    import json
+    from pathlib import Path
+
+    from .files import atomic_write_json
+
+    if not config.resume:
+        return run_jobs(jobs, config.workers, config)
+    folder = Path(config.out) / "finished_runs"
+    ignored = ("out", "modes", "seeds", "workers", "threads", "quiet", "resume", "base_cache")
+    setting = {k: v for k, v in config.to_dict().items() if k not in ignored}
+
+    def path(job):
+        payload = json.dumps({"setting": setting, "mode": job.mode, "seed": job.seed, "format": BASE_MODEL_FORMAT},
+                             sort_keys=True)
+        return folder / f"{job.mode}-seed{job.seed}-{hashlib.sha256(payload.encode()).hexdigest()[:12]}.json"
+
+    outputs = {i: json.loads(path(job).read_text()) for i, job in enumerate(jobs) if path(job).is_file()}
+    if outputs:
+        log(f"reusing {len(outputs)} finished runs from {folder}")
+    missing = [i for i in range(len(jobs)) if i not in outputs]
+    fresh = run_jobs([jobs[i] for i in missing], config.workers, config,
+                     on_result=lambda index, output: atomic_write_json(path(jobs[missing[index]]), output))
+    outputs.update(zip(missing, fresh))
+    return [outputs[i] for i in range(len(jobs))]
 
 
 def summarise(config: DemoConfig, jobs: list, outputs: list, info: dict) -> dict:

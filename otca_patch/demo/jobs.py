@@ -61,22 +61,31 @@ def _worker(job: Job, ticks) -> dict:
     return run_job(job, on_iteration=lambda: ticks.put(1))
 
 
-def run_jobs(jobs: list, workers: int, config: DemoConfig, desc: str = "GRPO") -> list:
-    """Run every job; results in the order of ``jobs``. ``workers <= 1`` runs them inline."""
+def run_jobs(jobs: list, workers: int, config: DemoConfig, desc: str = "GRPO",
+             on_result: Optional[Callable[[int, dict], None]] = None) -> list:
+    """Run every job; results in the order of ``jobs``. ``workers <= 1`` runs them inline.
+    ``on_result(index, output)`` is called as each job finishes (to keep finished runs)."""
+    on_result = on_result or (lambda index, output: None)
     if workers <= 1 or len(jobs) <= 1:
         results = []
-        for job in jobs:
+        for index, job in enumerate(jobs):
             bar = progress_bar(range(config.grpo_steps), config, desc=f"{desc} {job.label}")
             results.append(run_job(job, on_iteration=lambda: bar.update(1)))
+            on_result(index, results[-1])
             bar.close()
         return results
     context = multiprocessing.get_context("spawn")  # no fork of a process that holds torch threads
     with context.Manager() as manager, ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=context) as pool:
         ticks = manager.Queue()
         futures = [pool.submit(_worker, job, ticks) for job in jobs]
+        reported = set()
         bar = progress_bar(range(len(jobs) * config.grpo_steps), config,
                            desc=f"{desc} ({len(jobs)} runs, {min(workers, len(jobs))} processes)")
-        while not all(f.done() for f in futures):
+        while len(reported) < len(futures):
+            for index, future in enumerate(futures):
+                if index not in reported and future.done():
+                    reported.add(index)
+                    on_result(index, future.result())
             try:
                 ticks.get(timeout=0.2)
                 bar.update(1)
