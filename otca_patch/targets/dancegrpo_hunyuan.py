@@ -34,7 +34,8 @@ import torch
 
 from ..config import OtcaConfig
 from ..hooks.spec import TargetSpec
-from .common import STEP_KEY, GrpoRuntime, frames_to_tensor
+from .common import STEP_KEY
+from .video import VideoGrpoRuntime
 
 ROWS_KEY = "otca_rows"
 
@@ -44,14 +45,14 @@ def install(config: OtcaConfig, spec: TargetSpec, namespace: dict) -> "HunyuanRu
     return HunyuanRuntime(config)
 
 
-class HunyuanRuntime(GrpoRuntime):
+class HunyuanRuntime(VideoGrpoRuntime):
     """State of the layer inside one DanceGRPO HunyuanVideo process (one rank)."""
 
     upstream_columns = ("vq", "mq", "ta")
 
     def reset(self) -> None:
         super().reset()
-        self.text_alignment, self.videos, self.prompts = [], [], []
+        self.text_alignment = []
 
     # ---- hooks: collect_text_alignment, collect_failed_text_alignment (sample_reference_model)
     def collect_text_alignment(self, value) -> None:
@@ -60,12 +61,6 @@ class HunyuanRuntime(GrpoRuntime):
             self.text_alignment.append(float(value))
         except (TypeError, ValueError):
             self.text_alignment.append(math.nan)
-
-    # ---- hook: collect_decoded_videos (sample_reference_model)
-    def collect_video(self, decoded_video, captions) -> None:
-        if self.objectives.needs_images:
-            self.videos.append(frames_to_tensor(decoded_video))
-            self.prompts.append(captions[0])
 
     # ---- hook: mark_rollout_rows (train_one_step, before best-of-n)
     def mark_rows(self, samples: dict) -> None:
@@ -84,10 +79,7 @@ class HunyuanRuntime(GrpoRuntime):
         if torch.isnan(text_alignment).any() and "upstream.ta" in self.objectives.names:
             raise ValueError("otca-patch: VideoAlign's reward() returned no 'TA' score for some videos")
         upstream = {"vq": samples["vq_rewards"], "mq": samples["mq_rewards"], "ta": text_alignment}
-        videos = torch.stack(self.videos)[rows.cpu()] if self.videos else None
-        prompts = [self.prompts[i] for i in rows.tolist()] if self.prompts else []
-        rewards = self.objectives.video_matrix(upstream, videos, prompts,
-                                               self.config.otca_video_frames).to(all_latents.device)
+        rewards = self.video_rewards(upstream, rows).to(all_latents.device)
         group_ids = self.group_ids(rows, per_rank, args)
         local, summary = self.credit(rewards, all_latents[rows], group_ids)
         by_objective = torch.stack([samples["vq_advantages"], samples["mq_advantages"]], dim=1)

@@ -33,7 +33,7 @@ import torch.distributed as dist
 from ..config import OtcaConfig
 from ..distributed import world
 from ..hooks.spec import TargetSpec
-from .common import GrpoRuntime, frames_to_tensor
+from .video import VideoGrpoRuntime
 
 
 def install(config: OtcaConfig, spec: TargetSpec, namespace: dict) -> "WanRuntime":
@@ -41,28 +41,15 @@ def install(config: OtcaConfig, spec: TargetSpec, namespace: dict) -> "WanRuntim
     return WanRuntime(config)
 
 
-class WanRuntime(GrpoRuntime):
+class WanRuntime(VideoGrpoRuntime):
     """State of the layer inside one DanceGRPO Wan2.1 process (one rank)."""
 
     supports_sync_grads = True
 
-    def reset(self) -> None:
-        super().reset()
-        self.videos, self.prompts = [], []
-
-    # ---- hook: collect_decoded_videos (sample_reference_model)
-    def collect_video(self, decoded_video, captions) -> None:
-        """decoded_video: one video as upstream decodes it, numpy ``[F, H, W, 3]`` in [0, 1]."""
-        if self.objectives.needs_images:
-            self.videos.append(frames_to_tensor(decoded_video))
-            self.prompts.append(captions[0])
-
     # ---- hook: per_step_advantages (train_one_step)
     def assign_advantages(self, samples: dict, all_latents: torch.Tensor, upstream_advantages: torch.Tensor, args):
         """Returns the value upstream stores in ``samples["advantages"]`` and sets ``samples["otca_advantages"]``."""
-        videos = torch.stack(self.videos) if self.videos else None  # [B, F, 3, H, W]
-        rewards = self.objectives.video_matrix(samples.get("rewards"), videos, self.prompts,
-                                               self.config.otca_video_frames).to(all_latents.device)
+        rewards = self.video_rewards(samples.get("rewards")).to(all_latents.device)
         return self.assign_per_step(samples, all_latents, rewards, upstream_advantages, args)
 
     # ---- hook: synchronise_gradients (train_one_step, before clip_grad_norm_)

@@ -1,6 +1,7 @@
-"""DanceGRPO's real Wan2.1 ``train_one_step`` on the CPU (Wan model classes stood in: diffusers 0.32
-lacks them), rewritten by the layer (``pytest -m upstream``)."""
+"""DanceGRPO's real Wan2.1 ``train_one_step`` on the CPU (diffusers' own Wan classes, tiny configs),
+rewritten by the layer (``pytest -m upstream``)."""
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -12,11 +13,13 @@ from otca_patch.config import ENV_ARGS
 from otca_patch.credit import CreditConfig, credit_from_progress
 from otca_patch.launch.wrapper import STARTUP_DIR
 
-from .conftest import cached_runs, ppo_terms, run_smoke
+from .conftest import REPO, cached_runs, ppo_terms, run_smoke
 
 pytestmark = pytest.mark.upstream
 
 WAN = ["--target", "dancegrpo-wan"]
+#: the layer's startup hook on the path, and this checkout before any installed copy of the package
+PRESENT = {ENV_ARGS: "--otca_mode tcd", "PYTHONPATH": os.pathsep.join([str(STARTUP_DIR), str(REPO)])}
 STEPS = [*WAN, "--steps", "2"]
 
 
@@ -29,7 +32,7 @@ def runs(dancegrpo, tmp_path_factory):
 
 def test_vanilla_parity_with_the_layer_present_but_not_asked_for(runs):
     vanilla = runs("vanilla", *STEPS, "--record_terms")
-    present = runs("present", *STEPS, env={ENV_ARGS: "--otca_mode tcd", "PYTHONPATH": str(STARTUP_DIR)})
+    present = runs("present", *STEPS, env=PRESENT)
     assert present.losses == vanilla.losses and present.grad_norms == vanilla.grad_norms
     assert not (present.out / "run_log.jsonl").exists()
 
