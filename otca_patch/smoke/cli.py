@@ -16,6 +16,7 @@ TARGETS = {
     "dancegrpo-flux": "otca_patch.smoke.dancegrpo_flux",
     "dancegrpo-hunyuan": "otca_patch.smoke.dancegrpo_hunyuan",
     "dancegrpo-wan": "otca_patch.smoke.dancegrpo_wan",
+    "dancegrpo-skyreels-i2v": "otca_patch.smoke.dancegrpo_skyreels_i2v",
     "flowgrpo-sd3": "otca_patch.smoke.flowgrpo_sd3",
 }
 

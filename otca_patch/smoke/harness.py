@@ -35,16 +35,19 @@ class TermRecorder:
     """Test probe (not part of the layer): records each rollout's log-probs and each training call's
     new log-probs by wrapping the upstream module's functions, so a test can rebuild every loss term.
 
-    log_prob_index: where ``all_log_probs [B, S]`` sits in ``sample_reference_model``'s result.
+    log_prob_index: where ``all_log_probs [B, S]`` sits in ``sample_reference_model``'s result;
+    latents_index: where ``all_latents [B, S+1, ...]`` sits, to record them too (None: not recorded).
     """
 
-    def __init__(self, module, log_prob_index: int):
-        self.rollout_log_probs, self.new_log_probs = [], []
+    def __init__(self, module, log_prob_index: int, latents_index: int | None = None):
+        self.rollout_log_probs, self.new_log_probs, self.rollout_latents = [], [], []
         sample, grpo = module.sample_reference_model, module.grpo_one_step
 
         def sample_reference_model(*args, **kwargs):
             result = sample(*args, **kwargs)
             self.rollout_log_probs.append(result[log_prob_index].detach().clone())
+            if latents_index is not None:
+                self.rollout_latents.append(result[latents_index].detach().float().clone())
             return result
 
         def grpo_one_step(*args, **kwargs):
@@ -55,7 +58,7 @@ class TermRecorder:
         module.sample_reference_model, module.grpo_one_step = sample_reference_model, grpo_one_step
 
     def save(self, path: Path) -> None:
-        torch.save({"rollout_log_probs": self.rollout_log_probs,
+        torch.save({"rollout_log_probs": self.rollout_log_probs, "rollout_latents": self.rollout_latents,
                     "new_log_probs": [t.reshape(-1) for t in self.new_log_probs]}, path)
 
 
