@@ -17,6 +17,7 @@ TARGETS = {
     "dancegrpo-hunyuan": "otca_patch.smoke.dancegrpo_hunyuan",
     "dancegrpo-wan": "otca_patch.smoke.dancegrpo_wan",
     "dancegrpo-skyreels-i2v": "otca_patch.smoke.dancegrpo_skyreels_i2v",
+    "dancegrpo-wan22": "otca_patch.smoke.dancegrpo_wan22",
     "flowgrpo-sd3": "otca_patch.smoke.flowgrpo_sd3",
 }
 

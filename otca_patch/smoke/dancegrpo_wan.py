@@ -108,10 +108,20 @@ def run(upstream_dir: Path, out_dir: Path, config: OtcaConfig, sizes: Sizes, rew
     transformer = tiny_wan_transformer()
     cast_inputs_to_weights(transformer)
     vae = tiny_wan_vae().eval()
+    steps = train(module, transformer, vae, hps_checkpoint, sizes, rank, out_dir)
+    return finish(out_dir, config, rank, world_size, steps, recorder, sync_grads=config.otca_sync_grads)
+
+
+def train(module, transformer, vae, hps_checkpoint: Path, sizes: Sizes, rank: int, out_dir: Path, args=None) -> list:
+    """Upstream's ``train_one_step`` for ``sizes.steps`` steps on ``transformer`` (trained in place),
+    with upstream's HPSv2 on the tiny checkpoint; writes each rank's weight checksums. Returns the
+    smoke.json step entries."""
+    from ..rewards import tiny
+
     reward_model, tokenizer, preprocess_val = upstream_hps_reward(hps_checkpoint, tiny.TINY_HPS_ARCH)
     transformer.train()
     optimizer, lr_scheduler = optimizer_and_schedule(transformer, sizes.learning_rate)
-    args = upstream_args(sizes)
+    args = args or upstream_args(sizes)
     torch.manual_seed(sizes.seed * 1000 + rank)  # rollout noise and step order: per rank, as upstream seeds
 
     steps = []
@@ -122,4 +132,4 @@ def run(upstream_dir: Path, out_dir: Path, config: OtcaConfig, sizes: Sizes, rew
                                                 preprocess_val)
         steps.append(report_step(rank, step, loss, grad_norm, weights=weights_checksum(transformer)))
     (out_dir / f"weights_rank{rank}.json").write_text(json.dumps([s["weights"] for s in steps]))
-    return finish(out_dir, config, rank, world_size, steps, recorder, sync_grads=config.otca_sync_grads)
+    return steps
