@@ -12,7 +12,11 @@ COMMANDS = {
     "ablate": ("otca_patch.demo.ablate", "all six credit modes over several seeds, the paper's Table 4 layout"),
     "proxy": ("otca_patch.demo.proxy", "proxy validity of TCD's progress (spec section 7, paper Table 5)"),
     "doctor": ("otca_patch.hooks.doctor", "check every hook-point spec against an upstream checkout"),
-    "run": ("otca_patch.launch", "run an upstream trainer script with the layer installed (used by scripts/otca_run.sh)"),
+    "smoke": ("otca_patch.smoke.cli", "run an upstream trainer's real step on the CPU with tiny models, with or without --otca"),
+    "launch": ("otca_patch.launch.wrapper", "run an upstream launch script or command line with the layer in every process"),
+    "run": ("otca_patch.launch", "run one upstream trainer script with the layer installed, in this process"),
+    "ab": ("otca_patch.ab.cli", "A/B run: vanilla (observed) and OTCA sides of one launch, then compare"),
+    "rebase": ("otca_patch.hooks.rebase", "try an upstream submodule on another commit; pin it when hooks and smoke hold"),
     "compare": ("otca_patch.analysis.compare", "report.md and plots from two or more run folders (A/B, ablations)"),
     "eval": ("otca_patch.evaluation.cli", "generate and score images from upstream checkpoints: the paper's Table 1"),
 }

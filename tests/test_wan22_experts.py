@@ -89,3 +89,13 @@ def test_the_wan_runtime_leaves_wan21_as_upstream_has_it(checkpoint, tmp_path):
         strict.load_experts(model, wan21)
     detected = runtime.load_experts(model, argparse.Namespace(pretrained_model_name_or_path=str(checkpoint)))
     assert isinstance(detected, ExpertRouter) and runtime.config.otca_wan22
+
+
+def test_a_step_of_the_frozen_expert_backpropagates_and_trains_nothing(checkpoint):
+    first = diffusers.WanTransformer3DModel.from_pretrained(str(checkpoint), subfolder="transformer")
+    router = load_experts(first, str(checkpoint), train="transformer_2")
+    call(router, [950]).square().mean().backward()  # upstream's loss.backward() on a high-noise step
+    assert all(p.grad is None for p in router.parameters())
+    call(router, [300]).square().mean().backward()
+    assert all(p.grad is not None for p in router.transformer_2.parameters())
+    assert all(p.grad is None for p in router.transformer.parameters())

@@ -15,7 +15,7 @@ import re
 import sys
 from pathlib import Path
 
-from ..config import _checkpoints, _csv, _reward_options
+from ..flags import comma_list as _csv, name_options as _reward_options, name_values as _checkpoints
 from .cache import EntryCache, cache_key, folder_fingerprint
 from .checkpoints import Checkpoint, FileHashes, find_checkpoints, load_transformer
 from .table import format_table

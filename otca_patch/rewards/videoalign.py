@@ -34,7 +34,8 @@ SPEC = CheckpointSpec(
     kind="dir",
 )
 UPSTREAM_ENV = "OTCA_UPSTREAM_DANCEGRPO"
-DEFAULT_UPSTREAM = Path(__file__).resolve().parents[2] / "upstream" / "DanceGRPO"
+#: without the variable: the current directory, as DanceGRPO's trainers are launched from their checkout
+DEFAULT_UPSTREAM = Path(".")
 INFERENCE_MODULE = "fastvideo.models.videoalign.inference"
 #: VideoAlign's reward keys, in column order.
 OBJECTIVES = ("VQ", "MQ", "TA")
@@ -43,12 +44,12 @@ OBJECTIVES = ("VQ", "MQ", "TA")
 def upstream_root(env=None) -> Path:
     """The DanceGRPO checkout to import from; ImportError naming both places if there is none."""
     env = os.environ if env is None else env
-    root = Path(env[UPSTREAM_ENV]).expanduser() if env.get(UPSTREAM_ENV) else DEFAULT_UPSTREAM
+    root = (Path(env[UPSTREAM_ENV]).expanduser() if env.get(UPSTREAM_ENV) else DEFAULT_UPSTREAM).resolve()
     if not (root / "fastvideo" / "models" / "videoalign" / "inference.py").is_file():
         raise ImportError(
             f"reward model 'videoalign' wraps DanceGRPO's vendored VideoAlign, but no DanceGRPO checkout with "
             f"fastvideo/models/videoalign/inference.py was found at {root}; set {UPSTREAM_ENV} to a DanceGRPO "
-            f"checkout or place one at {DEFAULT_UPSTREAM}")
+            f"checkout or run from one")
     return root
 
 

@@ -14,15 +14,12 @@ from pathlib import Path
 import torch
 
 from ..config import OtcaConfig
-from .harness import TermRecorder, enter_run_folder, finish, fsdp_wrap, load_upstream, optimizer_and_schedule, report_step
+from .harness import (TermRecorder, call_by_signature, enter_run_folder, finish, fsdp_wrap, load_upstream,
+                      optimizer_and_schedule, report_step)
 
 UPSTREAM_FILE = "fastvideo/train_grpo_flux.py"
 PROMPTS = ("a red circle on a white background", "a blue square in the snow", "a green triangle at night",
            "a yellow star over the sea")
-
-
-#: objectives of `--otca` alone: upstream's HPSv2 and a tiny registry CLIP-T
-DEFAULT_REWARDS = ("upstream", "clip_t")
 
 
 @dataclass
@@ -125,7 +122,9 @@ def run(upstream_dir: Path, out_dir: Path, config: OtcaConfig, sizes: Sizes, rew
 
     steps = []
     for step in range(1, sizes.steps + 1):
-        loss, grad_norm = module.train_one_step(args, torch.device("cpu"), transformer, vae, reward_model, tokenizer,
-                                                optimizer, lr_scheduler, loader, None, 1.0, preprocess_val, None)
+        loss, grad_norm = call_by_signature(module.train_one_step, dict(
+            args=args, device=torch.device("cpu"), transformer=transformer, vae=vae, reward_model=reward_model,
+            tokenizer=tokenizer, optimizer=optimizer, lr_scheduler=lr_scheduler, loader=loader, noise_scheduler=None,
+            max_grad_norm=1.0, preprocess_val=preprocess_val, ema_handler=None))
         steps.append(report_step(rank, step, loss, grad_norm))
     return finish(out_dir, config, rank, world_size, steps, recorder)

@@ -23,21 +23,12 @@ import torch
 from torch.nn import functional as F
 
 from ..config import OtcaConfig
-from .harness import (TermRecorder, cast_inputs_to_weights, enter_run_folder, finish, fsdp_wrap, load_upstream,
-                      optimizer_and_schedule, report_step)
+from .harness import (TermRecorder, call_by_signature, cast_inputs_to_weights, enter_run_folder, finish, fsdp_wrap,
+                      load_upstream, optimizer_and_schedule, report_step)
 
 UPSTREAM_FILE = "fastvideo/train_grpo_hunyuan.py"
 PROMPTS = ("a red ball rolling on grass", "a blue car driving in the snow", "a green kite in the wind",
            "a yellow boat on the sea")
-
-#: objectives of `--otca` alone: VideoAlign's VQ, MQ and TA from upstream's own call
-DEFAULT_REWARDS = ("upstream",)
-
-
-def is_upstream_objective(name: str) -> bool:
-    """``upstream`` and ``upstream.vq|mq|ta`` come from upstream's VideoAlign call, not the registry."""
-    return name == "upstream" or name.startswith("upstream.")
-
 
 @dataclass
 class Sizes:
@@ -164,7 +155,8 @@ def run(upstream_dir: Path, out_dir: Path, config: OtcaConfig, sizes: Sizes, rew
 
     steps = []
     for step in range(1, sizes.steps + 1):
-        loss, grad_norm = module.train_one_step(args, torch.device("cpu"), transformer, vae, StubVideoAlign(),
-                                                optimizer, lr_scheduler, loader, 1.0, step)
+        loss, grad_norm = call_by_signature(module.train_one_step, dict(
+            args=args, device=torch.device("cpu"), transformer=transformer, vae=vae, inferencer=StubVideoAlign(),
+            optimizer=optimizer, lr_scheduler=lr_scheduler, loader=loader, max_grad_norm=1.0, step=step))
         steps.append(report_step(rank, step, loss, grad_norm))
     return finish(out_dir, config, rank, world_size, steps, recorder)

@@ -22,15 +22,11 @@ from pathlib import Path
 import torch
 
 from ..config import OtcaConfig
-from .dancegrpo_hunyuan import StubVideoAlign, is_upstream_objective, prompt_loader, tiny_transformer, tiny_vae
-from .harness import (TermRecorder, cast_inputs_to_weights, enter_run_folder, finish, fsdp_wrap, load_upstream,
-                      optimizer_and_schedule, report_step)
+from .dancegrpo_hunyuan import StubVideoAlign, prompt_loader, tiny_transformer, tiny_vae
+from .harness import (TermRecorder, call_by_signature, cast_inputs_to_weights, enter_run_folder, finish, fsdp_wrap,
+                      load_upstream, optimizer_and_schedule, report_step)
 
 UPSTREAM_FILE = "fastvideo/train_grpo_skyreels_i2v.py"
-__all__ = ["UPSTREAM_FILE", "DEFAULT_REWARDS", "Sizes", "run", "is_upstream_objective"]
-
-#: objectives of `--otca` alone: VideoAlign's VQ, MQ and TA and a tiny registry CLIP-T over frames
-DEFAULT_REWARDS = ("upstream", "clip_t")
 
 
 @dataclass
@@ -88,7 +84,7 @@ def run(upstream_dir: Path, out_dir: Path, config: OtcaConfig, sizes: Sizes, rew
     rank, world_size = enter_run_folder(out_dir, "videos")
     reward_root.mkdir(parents=True, exist_ok=True)
     module = load_upstream(upstream_dir, UPSTREAM_FILE, config, "dancegrpo_train_grpo_skyreels_i2v")
-    recorder = TermRecorder(module, log_prob_index=4, latents_index=3) if record_terms else None
+    recorder = TermRecorder(module, log_prob_index=4) if record_terms else None
 
     torch.manual_seed(sizes.seed)  # the same weights for every rank and every mode
     transformer = tiny_transformer(in_channels=32)
@@ -105,8 +101,10 @@ def run(upstream_dir: Path, out_dir: Path, config: OtcaConfig, sizes: Sizes, rew
 
     steps = []
     for step in range(1, sizes.steps + 1):
-        loss, grad_norm = module.train_one_step(args, torch.device("cpu"), transformer, pipe_flux, vae,
-                                                StubVideoAlign(), optimizer, lr_scheduler, loader, 1.0, step,
-                                                empty_states, empty_mask)
+        loss, grad_norm = call_by_signature(module.train_one_step, dict(
+            args=args, device=torch.device("cpu"), transformer=transformer, pipe_flux=pipe_flux, vae=vae,
+            inferencer=StubVideoAlign(), optimizer=optimizer, lr_scheduler=lr_scheduler, loader=loader,
+            max_grad_norm=1.0, step=step, empty_cond_hidden_states=empty_states,
+            empty_cond_attention_mask=empty_mask))
         steps.append(report_step(rank, step, loss, grad_norm))
     return finish(out_dir, config, rank, world_size, steps, recorder)

@@ -20,14 +20,12 @@ import torch
 
 from ..config import OtcaConfig
 from .dancegrpo_flux import upstream_hps_reward
-from .harness import TermRecorder, cast_inputs_to_weights, enter_run_folder, finish, load_upstream, optimizer_and_schedule, report_step
+from .harness import (TermRecorder, call_by_signature, cast_inputs_to_weights, enter_run_folder, finish, load_upstream,
+                      optimizer_and_schedule, report_step)
 
 UPSTREAM_FILE = "fastvideo/train_grpo_wan_2_1.py"
 PROMPTS = ("a red ball rolling on grass", "a blue car driving in the snow", "a green kite in the wind",
            "a yellow boat on the sea")
-
-#: objectives of `--otca` alone: upstream's first-frame HPSv2 and a tiny registry CLIP-T over frames
-DEFAULT_REWARDS = ("upstream", "clip_t")
 
 
 @dataclass
@@ -127,9 +125,11 @@ def train(module, transformer, vae, hps_checkpoint: Path, sizes: Sizes, rank: in
     steps = []
     for step in range(1, sizes.steps + 1):
         embeds, negative, caption = prompt_embeddings(rank, step, sizes.seed)
-        loss, grad_norm = module.train_one_step(args, torch.device("cpu"), transformer, vae, reward_model, tokenizer,
-                                                optimizer, lr_scheduler, embeds, negative, caption, None, 1.0,
-                                                preprocess_val)
+        loss, grad_norm = call_by_signature(module.train_one_step, dict(
+            args=args, device=torch.device("cpu"), transformer=transformer, vae=vae, reward_model=reward_model,
+            tokenizer=tokenizer, optimizer=optimizer, lr_scheduler=lr_scheduler, encoder_hidden_states=embeds,
+            negative_prompt_embeds=negative, caption=caption, noise_scheduler=None, max_grad_norm=1.0,
+            preprocess_val=preprocess_val))
         steps.append(report_step(rank, step, loss, grad_norm, weights=weights_checksum(transformer)))
     (out_dir / f"weights_rank{rank}.json").write_text(json.dumps([s["weights"] for s in steps]))
     return steps

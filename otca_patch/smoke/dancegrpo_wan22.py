@@ -21,11 +21,11 @@ import torch
 
 from ..config import OtcaConfig
 from ..targets.wan22 import EXPERTS
-from .dancegrpo_wan import DEFAULT_REWARDS, Sizes as WanSizes, tiny_wan_transformer, tiny_wan_vae, train, upstream_args
+from .dancegrpo_wan import Sizes as WanSizes, tiny_wan_transformer, tiny_wan_vae, train, upstream_args
 from .harness import TermRecorder, cast_inputs_to_weights, enter_run_folder, finish, load_upstream
 
 UPSTREAM_FILE = "fastvideo/train_grpo_wan_2_1.py"
-__all__ = ["UPSTREAM_FILE", "DEFAULT_REWARDS", "Sizes", "run", "write_tiny_wan22"]
+__all__ = ["UPSTREAM_FILE", "Sizes", "run", "write_tiny_wan22"]
 
 
 @dataclass

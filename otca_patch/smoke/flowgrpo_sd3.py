@@ -1,7 +1,7 @@
 """Run FlowGRPO's real ``scripts/train_sd3.py`` ``main()`` on the CPU with a tiny SD3 it builds.
 
 Launch it like upstream, with accelerate (gloo on the CPU):
-``accelerate launch --num_processes N scripts/smoke_upstream.py upstream/flow_grpo OUT [--otca ...]``.
+``accelerate launch --num_processes N -m otca_patch.smoke upstream/flow_grpo OUT [--otca ...]``.
 Each process imports the upstream file (untouched for vanilla; rewritten by its hook-point spec
 with ``--otca`` / ``--otca_observe``, exactly as a launched worker does) and runs upstream's
 ``main`` through absl's ``app.run`` with ``--config`` pointing at a tiny config
@@ -27,16 +27,6 @@ from ..config import OtcaConfig
 UPSTREAM_FILE = "scripts/train_sd3.py"
 PROMPTS = ("a red circle on a white background", "a blue square in the snow", "a green triangle at night",
            "a yellow star over the sea")
-#: objectives of `--otca` alone: upstream's jpeg_compressibility (from its reward dictionary) and a
-#: tiny registry CLIP-T
-DEFAULT_REWARDS = ("jpeg_compressibility", "clip_t")
-
-
-def is_upstream_objective(name: str) -> bool:
-    """Objective names the smoke's upstream reward dictionary provides (no checkpoint to build)."""
-    return name in ("upstream", "avg", "jpeg_compressibility", "upstream.jpeg_compressibility")
-
-
 @dataclass
 class Sizes:
     """Sizes of one smoke run: seconds per epoch on 2 CPU cores."""
@@ -173,7 +163,7 @@ def run(upstream_dir: Path, out_dir: Path, config: OtcaConfig, sizes: Sizes, rew
     missing = [name for name in UPSTREAM_EXTRA if importlib.util.find_spec(name) is None]
     if missing:
         raise SystemExit(f"smoke: FlowGRPO's trainer imports {', '.join(missing)}, which this environment lacks: "
-                         f"pip install -e '.[flowgrpo]'")
+                         f"pip install 'otca-patch[flowgrpo]'")
     os.environ.setdefault("WANDB_MODE", "disabled")
     upstream_dir, out_dir = upstream_dir.resolve(), out_dir.resolve()
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -3,6 +3,7 @@ probe that records each loss term's log-probs."""
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import json
 import os
 import sys
@@ -31,23 +32,50 @@ def load_upstream(upstream_dir: Path, relative_file: str, config: OtcaConfig, mo
     return module
 
 
+def call_by_signature(function, available: dict):
+    """Call an upstream function with the arguments its signature names, taken from ``available``
+    by parameter name (extra entries are ignored), so a smoke run works on any upstream commit whose
+    hook points hold, whatever the parameters' order or number (e.g. DanceGRPO's FLUX
+    ``train_one_step`` gained ``ema_handler`` after its first release). A parameter without a default
+    that ``available`` lacks is a ``ValueError`` naming it."""
+    parameters = inspect.signature(function).parameters  # follows __wrapped__ through the layer's wrapper
+    variadic = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+    missing = [name for name, p in parameters.items()
+               if name not in available and p.default is inspect.Parameter.empty and p.kind not in variadic]
+    if missing:
+        raise ValueError(f"upstream {function.__name__}() takes {', '.join(missing)}, which the smoke run does not "
+                         f"provide (it provides {', '.join(available)}); the smoke target needs updating for this commit")
+    positional = [available[name] for name, p in parameters.items()
+                  if p.kind is inspect.Parameter.POSITIONAL_ONLY and name in available]
+    keywords = {name: available[name] for name, p in parameters.items()
+                if p.kind not in variadic and p.kind is not inspect.Parameter.POSITIONAL_ONLY and name in available}
+    return function(*positional, **keywords)
+
+
 class TermRecorder:
     """Test probe (not part of the layer): records each rollout's log-probs and each training call's
     new log-probs by wrapping the upstream module's functions, so a test can rebuild every loss term.
 
-    log_prob_index: where ``all_log_probs [B, S]`` sits in ``sample_reference_model``'s result;
-    latents_index: where ``all_latents [B, S+1, ...]`` sits, to record them too (None: not recorded).
+    log_prob_index: where ``all_log_probs [B, S]`` sits in ``sample_reference_model``'s result.
     """
 
-    def __init__(self, module, log_prob_index: int, latents_index: int | None = None):
-        self.rollout_log_probs, self.new_log_probs, self.rollout_latents = [], [], []
+    def __init__(self, module, log_prob_index: int):
+        self.rollout_log_probs, self.new_log_probs = [], []
+        self.sampled = []  # DanceGRPO's run_sample_step: (trajectory, last predicted clean sample) per chunk
         sample, grpo = module.sample_reference_model, module.grpo_one_step
+        if hasattr(module, "run_sample_step"):
+            sampler = module.run_sample_step
+
+            def run_sample_step(*args, **kwargs):
+                result = sampler(*args, **kwargs)  # z, predicted clean sample, all_latents, log-probs
+                self.sampled.append((result[2].detach().clone(), result[1].detach().clone()))
+                return result
+
+            module.run_sample_step = run_sample_step
 
         def sample_reference_model(*args, **kwargs):
             result = sample(*args, **kwargs)
             self.rollout_log_probs.append(result[log_prob_index].detach().clone())
-            if latents_index is not None:
-                self.rollout_latents.append(result[latents_index].detach().float().clone())
             return result
 
         def grpo_one_step(*args, **kwargs):
@@ -58,8 +86,9 @@ class TermRecorder:
         module.sample_reference_model, module.grpo_one_step = sample_reference_model, grpo_one_step
 
     def save(self, path: Path) -> None:
-        torch.save({"rollout_log_probs": self.rollout_log_probs, "rollout_latents": self.rollout_latents,
-                    "new_log_probs": [t.reshape(-1) for t in self.new_log_probs]}, path)
+        torch.save({"rollout_log_probs": self.rollout_log_probs,
+                    "new_log_probs": [t.reshape(-1) for t in self.new_log_probs],
+                    "trajectories": [t for t, _ in self.sampled], "predictions": [p for _, p in self.sampled]}, path)
 
 
 def cast_inputs_to_weights(model: torch.nn.Module) -> None:

@@ -21,8 +21,9 @@ A map of the upstream file and of what each hook point does there:
     is computed once, and this rank's ``[B, S-1]`` advantage becomes ``samples["otca_advantages"]``.
     hook ``permute_advantages_with_steps``: ``"otca_advantages"`` joins the permuted keys.
     hook ``record_step_order``: remember ``perms`` (the original step of each trained column).
-    hook ``read_step_advantage``: the PPO loss reads ``sample["otca_advantages"][:, _]``.
-module level  hook ``log_each_step``: ``train_one_step`` is wrapped to write one run-log line per call.
+    hook ``read_step_advantage``: the PPO loss reads the advantage of column ``_``.
+module level  hook ``watch_trained_step``: the first training step checks each column read is the step trained.
+    hook ``log_each_step``: ``train_one_step`` is wrapped to write one run-log line per call.
 """
 from __future__ import annotations
 
@@ -30,23 +31,19 @@ import math
 
 import torch
 
-from ..config import OtcaConfig
-from ..hooks.spec import TargetSpec
-from .video import VideoGrpoRuntime
+from ..objective_set import UpstreamRewards
+from .dancegrpo import GrpoRuntime
+from .descriptor import Target
 
-#: VideoAlign's scores, as ``upstream.<column>`` objectives; upstream trains on ``mq``
+#: VideoAlign's scores, as ``upstream.<column>`` objectives
 COLUMNS = ("vq", "mq", "ta")
 
 
-def install(config: OtcaConfig, spec: TargetSpec, namespace: dict) -> "SkyReelsRuntime":
-    """Called by the runner before the rewritten module executes."""
-    return SkyReelsRuntime(config)
-
-
-class SkyReelsRuntime(VideoGrpoRuntime):
+class SkyReelsRuntime(GrpoRuntime):
     """State of the layer inside one DanceGRPO SkyReels I2V process (one rank)."""
 
-    upstream_columns = COLUMNS
+    # `upstream` is what upstream trains on (MQ); upstream.vq / upstream.ta come from the same call
+    upstream_rewards = UpstreamRewards(columns=COLUMNS, plain="mq")
 
     def reset(self) -> None:
         super().reset()
@@ -75,5 +72,10 @@ class SkyReelsRuntime(VideoGrpoRuntime):
                    if f"upstream.{c}" in self.objectives.names and torch.isnan(upstream[c]).any()]
         if unknown:
             raise ValueError(f"otca-patch: VideoAlign's reward() returned no {', '.join(unknown)} score for some videos")
-        rewards = self.video_rewards(upstream).to(all_latents.device)
+        rewards = self.rewards(upstream).to(all_latents.device)
         return self.assign_per_step(samples, all_latents, rewards, upstream_advantages, args)
+
+
+TARGET = Target("dancegrpo-skyreels-i2v", SkyReelsRuntime, outputs=("videos", "reward.txt"),
+                flags=("otca_video_frames",), smoke="otca_patch.smoke.dancegrpo_skyreels_i2v",
+                smoke_objectives=("upstream.vq", "upstream.mq", "upstream.ta", "clip_t"))

@@ -38,27 +38,16 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from ..config import OtcaConfig
 from ..distributed import world
-from ..hooks.spec import TargetSpec
-from .video import VideoGrpoRuntime
+from .dancegrpo import GrpoRuntime
+from .descriptor import Target
 from .wan22 import ExpertRouter, is_wan22_checkpoint, load_experts, save_experts
 
 
-def install(config: OtcaConfig, spec: TargetSpec, namespace: dict) -> "WanRuntime":
-    """Called by the runner before the rewritten module executes."""
-    return WanRuntime(config)
+class WanRuntime(GrpoRuntime):
+    """State of the layer inside one DanceGRPO Wan2.1 / Wan2.2 process (one rank)."""
 
-
-class WanRuntime(VideoGrpoRuntime):
-    """State of the layer inside one DanceGRPO Wan2.1 process (one rank)."""
-
-    supports_sync_grads = True
     router = None  # the ExpertRouter of a Wan2.2 run
-
-    def describe(self) -> str:
-        experts = f"; Wan2.2 experts, training {self.config.otca_wan22_train}" if self.config.otca_wan22 else ""
-        return super().describe() + experts
 
     # ---- hook: load_experts (main, after upstream loads the transformer)
     def load_experts(self, transformer: torch.nn.Module, args) -> torch.nn.Module:
@@ -99,12 +88,6 @@ class WanRuntime(VideoGrpoRuntime):
             self.record["sampled_experts"] = {str(t): name for t, name in sorted(sampled.items(), reverse=True)}
         super().write_log(result)
 
-    # ---- hook: per_step_advantages (train_one_step)
-    def assign_advantages(self, samples: dict, all_latents: torch.Tensor, upstream_advantages: torch.Tensor, args):
-        """Returns the value upstream stores in ``samples["advantages"]`` and sets ``samples["otca_advantages"]``."""
-        rewards = self.video_rewards(samples.get("rewards")).to(all_latents.device)
-        return self.assign_per_step(samples, all_latents, rewards, upstream_advantages, args)
-
     # ---- hook: synchronise_gradients (train_one_step, before clip_grad_norm_)
     def synchronise_gradients(self, model: torch.nn.Module) -> None:
         """With ``--otca_sync_grads``: every gradient becomes its mean over ranks (what DDP would do),
@@ -122,3 +105,9 @@ class WanRuntime(VideoGrpoRuntime):
         for grad in grads:
             grad.copy_(flat[offset:offset + grad.numel()].view_as(grad))
             offset += grad.numel()
+
+
+TARGET = Target("dancegrpo-wan", WanRuntime, outputs=("videos", "reward.txt"),
+                flags=("otca_video_frames", "otca_sync_grads", "otca_wan22", "otca_wan22_train"),
+                smoke="otca_patch.smoke.dancegrpo_wan", smoke_objectives=("upstream", "clip_t"),
+                smoke_variants=(("dancegrpo-wan22", "otca_patch.smoke.dancegrpo_wan22"),))

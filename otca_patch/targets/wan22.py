@@ -59,14 +59,19 @@ class ExpertRouter(nn.Module):
         high = torch.tensor([n == EXPERTS[0] for n in names], device=hidden_states.device)
         if high.all() or not high.any():
             expert = self.transformer if high.all() else self.transformer_2
-            return expert(hidden_states=hidden_states, timestep=timestep, encoder_hidden_states=encoder_hidden_states,
-                          return_dict=return_dict, **kwargs)
-        out = None
-        for expert, rows in ((self.transformer, high), (self.transformer_2, ~high)):
-            part = expert(hidden_states=hidden_states[rows], timestep=timestep[rows],
-                          encoder_hidden_states=encoder_hidden_states[rows], return_dict=False, **kwargs)[0]
-            out = part.new_zeros((hidden_states.shape[0], *part.shape[1:])) if out is None else out
-            out = out.index_put((rows.nonzero().squeeze(1),), part)
+            out = expert(hidden_states=hidden_states, timestep=timestep, encoder_hidden_states=encoder_hidden_states,
+                         return_dict=False, **kwargs)[0]
+        else:
+            out = None
+            for expert, rows in ((self.transformer, high), (self.transformer_2, ~high)):
+                part = expert(hidden_states=hidden_states[rows], timestep=timestep[rows],
+                              encoder_hidden_states=encoder_hidden_states[rows], return_dict=False, **kwargs)[0]
+                out = part.new_zeros((hidden_states.shape[0], *part.shape[1:])) if out is None else out
+                out = out.index_put((rows.nonzero().squeeze(1),), part)
+        if torch.is_grad_enabled() and not out.requires_grad:
+            # a step of the frozen expert (--otca_wan22_train): upstream's loss.backward() still runs,
+            # and nothing is trained by it
+            out = out.detach().requires_grad_()
         return (out,) if not return_dict else {"sample": out}
 
 

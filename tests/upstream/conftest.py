@@ -1,5 +1,7 @@
-"""Runs against a real upstream checkout: found through ``upstream/<name>`` (the git submodule) or
-``OTCA_UPSTREAM_<NAME>``; every test here skips, with that reason, when there is none."""
+"""Runs against a real upstream checkout: ``OTCA_UPSTREAM_<NAME>``, the git submodule
+``upstream/<name>``, or the pinned snapshot in ``../shared/upstream/`` (see upstream_snapshots.py).
+Without one a test skips with the reason, and fails under CI. Smoke runs go through
+``python -m otca_patch.smoke`` (under torchrun / ``accelerate launch -m``), as a user runs them."""
 import importlib.util
 import json
 import os
@@ -14,7 +16,7 @@ import upstream_snapshots as snapshots
 from upstream_snapshots import upstream_checkout
 
 REPO = Path(__file__).resolve().parents[2]
-SMOKE = REPO / "scripts" / "smoke_upstream.py"
+SMOKE = ["-m", "otca_patch.smoke"]  # run from REPO, so the checkout's package is the one imported
 
 
 def require_upstream_packages() -> None:
@@ -52,10 +54,10 @@ class SmokeRun:
 
 def run_smoke(upstream: Path, out: Path, *flags: str, env: dict | None = None, nproc: int = 1,
               check: bool = True) -> SmokeRun:
-    command = [sys.executable, str(SMOKE), str(upstream), str(out), *flags]
+    command = [sys.executable, *SMOKE, str(upstream), str(out), *flags]
     if nproc > 1:
         command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc),
-                   "--master_port", str(29700 + os.getpid() % 200), str(SMOKE), str(upstream), str(out), *flags]
+                   "--master_port", str(29700 + os.getpid() % 200), *SMOKE, str(upstream), str(out), *flags]
     completed = subprocess.run(command, capture_output=True, text=True, timeout=900,
                                env={**os.environ, **(env or {})}, cwd=REPO)
     if check and completed.returncode != 0:
@@ -122,7 +124,7 @@ class FlowSmokeRun:
 
 def run_flowgrpo_smoke(upstream: Path, out: Path, *flags: str, nproc: int = 1, env: dict | None = None,
                        check: bool = True) -> FlowSmokeRun:
-    command = [*accelerate_launch(nproc), str(SMOKE), str(upstream), str(out), "--target", "flowgrpo-sd3", *flags]
+    command = [*accelerate_launch(nproc), *SMOKE, str(upstream), str(out), "--target", "flowgrpo-sd3", *flags]
     completed = subprocess.run(command, capture_output=True, text=True, timeout=900,
                                env={**os.environ, "WANDB_MODE": "disabled", **(env or {})}, cwd=REPO)
     if check and completed.returncode != 0:

@@ -142,7 +142,7 @@ def test_a_mutated_upstream_file_stops_otca_and_doctor_reports_it(dancegrpo, tmp
                             text=True, timeout=120)
     assert doctor.returncode == 1
     assert "per_step_advantages" in doctor.stdout and "FAIL: anchor found 1 times, expected exactly 2" in doctor.stdout
-    assert "differs from the verified file" in doctor.stdout
+    assert "differs from the file the spec was verified on" in doctor.stdout
 
 
 def test_doctor_passes_on_the_pinned_checkout(dancegrpo):
@@ -153,3 +153,33 @@ def test_doctor_passes_on_the_pinned_checkout(dancegrpo):
                             text=True, timeout=120)
     assert doctor.returncode == 0, doctor.stdout + doctor.stderr
     assert "identical to the file the spec was verified on" in doctor.stdout
+
+
+def test_final_state_prediction_measures_progress_towards_the_scored_sample(runs):
+    """--otca_final_state prediction: TCD's z_T is the last predicted clean sample (what upstream
+    decodes and scores); the logged delta_s is recomputed here from the sampler's own outputs.
+    The credit options ride along: recorded in the run log, and the trained advantages follow them."""
+    run = runs("prediction", "--steps", "1", "--record_terms", "--otca", "--otca_final_state", "prediction",
+               "--otca_fusion", "group", "--otca_explore_center")
+    record = run.log[0]
+    assert record["final_state"] == "prediction"
+    assert record["config"]["fusion"] == "group" and record["config"]["explore_center"] is True
+    terms = run.terms[0]
+    batch = len(record["delta_s"])
+    trajectories = torch.cat(terms["trajectories"][:batch]).double()  # [B, S+1, tokens, channels]
+    predictions = torch.cat(terms["predictions"][:batch]).double()  # [B, tokens, channels]
+    states = torch.cat([trajectories[:, :-1], predictions[:, None]], dim=1).flatten(2)
+    final = predictions.flatten(1)[:, None]
+    similarity = (states * final).sum(-1) / (states.norm(dim=-1) * final.norm(dim=-1))
+    logged = torch.tensor(record["delta_s"], dtype=torch.float64)
+    assert torch.allclose(logged, similarity.diff(dim=1), atol=1e-5)
+    # the noisy last latent is not the prediction: the default would have logged other progress
+    last = trajectories[:, -1:].flatten(2)
+    default = ((trajectories.flatten(2) * last).sum(-1) / (trajectories.flatten(2).norm(dim=-1) * last.norm(dim=-1)))
+    assert (logged - default.diff(dim=1)).abs().max() > 1e-3
+    # and the advantages are the engine's on those inputs
+    credit = credit_from_progress(torch.tensor(record["rewards"]), logged, torch.tensor(record["group_ids"]),
+                                  CreditConfig(**record["config"]))
+    assert torch.allclose(torch.tensor(record["advantages"]), credit.advantages[:, :-1], atol=1e-6)
+    mixture = torch.tensor(record["mixture"])  # one mixture per prompt group
+    assert torch.equal(mixture, mixture[:1].expand_as(mixture))

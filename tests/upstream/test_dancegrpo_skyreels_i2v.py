@@ -50,13 +50,13 @@ def test_observe_mode_trains_bit_identically_and_logs_videoalign_and_frame_objec
         assert rewards.shape == (4, 4) and (rewards.std(dim=0) > 0).all()
 
 
-def test_sum_mode_over_upstreams_mq_equals_vanilla(runs):
+def test_sum_mode_over_upstreams_reward_equals_vanilla(runs):
     vanilla = runs("vanilla", *STEPS, "--record_terms")
-    summed = runs("sum", *STEPS, "--otca", "--otca_mode", "sum", "--otca_rewards", "upstream.mq")
+    summed = runs("sum", *STEPS, "--otca", "--otca_mode", "sum", "--otca_rewards", "upstream")
     for ours, theirs in zip(summed.grad_norms, vanilla.grad_norms):
         assert ours == pytest.approx(theirs, rel=1e-6)
     record = summed.log[0]
-    # upstream.mq is upstream's own reward: the advantage is upstream's group advantage (upstream
+    # plain `upstream` is upstream's own reward (MQ): the advantage is upstream's group advantage (upstream
     # normalises in float32, the engine in float64: equal to float32 rounding of the group's spread)
     combined = torch.tensor(record["combined"], dtype=torch.float64)
     assert torch.allclose(combined, torch.tensor(record["upstream_advantages"], dtype=torch.float64), atol=1e-4)
@@ -86,7 +86,7 @@ def test_logged_advantages_equal_the_engine_on_recomputed_inputs(runs):
     otca = runs("otca", *SKYREELS, "--steps", "1", "--record_terms", "--otca", "--otca_rewards", ",".join(VIDEOALIGN))
     record = otca.log[0]
     assert record["objectives"] == VIDEOALIGN and record["mode"] == "otca"
-    latents = otca.terms[0]["rollout_latents"][0]
+    latents = torch.cat(otca.terms[0]["trajectories"][:4]).float()  # the 4 rollouts of step 1, [4, S+1, ...]
     delta_s = step_progress(similarity_to_final(latents).double())
     assert torch.allclose(delta_s.float(), torch.tensor(record["delta_s"]), atol=1e-5)
     caption = "a red ball rolling on grass"  # rank 0, step 1 of the smoke loader
