@@ -3,7 +3,8 @@
 run the real upstream trainer step on the CPU with tiny models, with or without the layer.
 
 UPSTREAM_DIR is a DanceGRPO or FlowGRPO checkout (e.g. upstream/DanceGRPO); --target picks
-dancegrpo-flux (the default for DanceGRPO), dancegrpo-hunyuan, dancegrpo-wan or flowgrpo-sd3.
+dancegrpo-flux (the default for DanceGRPO) or another smoke target (see --target's choices;
+dancegrpo-wan22 needs --otca or --otca_observe).
 Without --otca the upstream file runs unpatched; with --otca alone the objectives are upstream's
 reward and a tiny CLIP-T from the reward registry. Upstream's own outputs (images/, reward.txt),
 the run log and smoke.json ({"otca": bool, "steps": [{"loss": x, "grad_norm": y}, ...]}) land in
