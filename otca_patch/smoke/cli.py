@@ -3,7 +3,8 @@
 run the real upstream trainer step on the CPU with tiny models, with or without the layer.
 
 UPSTREAM_DIR is a DanceGRPO or FlowGRPO checkout (e.g. upstream/DanceGRPO); --target picks
-dancegrpo-flux (the default for DanceGRPO), dancegrpo-hunyuan, dancegrpo-wan or flowgrpo-sd3.
+dancegrpo-flux (the default for DanceGRPO) or another smoke target (see --target's choices;
+dancegrpo-wan22 needs --otca or --otca_observe).
 Without --otca the upstream file runs unpatched; with --otca alone the objectives are upstream's
 reward and a tiny CLIP-T from the reward registry. Upstream's own outputs (images/, reward.txt),
 the run log and smoke.json ({"otca": bool, "steps": [{"loss": x, "grad_norm": y}, ...]}) land in
@@ -19,6 +20,7 @@ import shlex
 import sys
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 from ..config import ENV_ARGS, config_from_environment
 from ..flags import add_flags, from_namespace
@@ -28,8 +30,15 @@ from ..targets.registry import all_targets
 
 
 def smoke_targets() -> dict:
-    """``{target name: (spec, Target)}`` of every target with a smoke run, from the descriptors."""
-    return {target.name: (spec, target) for spec, target in all_targets() if target.smoke}
+    """``{target name: (spec, Target)}`` of every target with a smoke run, from the descriptors; a
+    descriptor's ``smoke_variants`` (another model layout on the same trainer) join under their own names."""
+    targets = {}
+    for spec, target in all_targets():
+        if target.smoke:
+            targets[target.name] = (spec, target)
+        for name, module in target.smoke_variants:
+            targets[name] = (spec, SimpleNamespace(name=name, smoke=module, smoke_objectives=target.smoke_objectives))
+    return targets
 
 
 def smoke_module(target):

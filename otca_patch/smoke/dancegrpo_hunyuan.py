@@ -99,12 +99,14 @@ class StubVideoAlign:
         return results
 
 
-def tiny_transformer():
+def tiny_transformer(in_channels: int = 16):
+    """Upstream's HunyuanVideo transformer, tiny; ``in_channels=32`` is the image-to-video layout
+    (noise latents and first-frame latents concatenated on the channels)."""
     import fastvideo.models.hunyuan_hf.modeling_hunyuan as modeling
 
     modeling.flash_attn_no_pad = masked_attention
     return modeling.HunyuanVideoTransformer3DModel(
-        in_channels=16, out_channels=16, num_attention_heads=2, attention_head_dim=16, num_layers=1,
+        in_channels=in_channels, out_channels=16, num_attention_heads=2, attention_head_dim=16, num_layers=1,
         num_single_layers=1, num_refiner_layers=1, text_embed_dim=32, pooled_projection_dim=16, rope_axes_dim=(4, 6, 6))
 
 

@@ -1,5 +1,5 @@
-"""DanceGRPO's real Wan2.1 ``train_one_step`` on the CPU (Wan model classes stood in: diffusers 0.32
-lacks them), rewritten by the layer (``pytest -m upstream``)."""
+"""DanceGRPO's real Wan2.1 ``train_one_step`` on the CPU (diffusers' own Wan classes, tiny configs),
+rewritten by the layer (``pytest -m upstream``)."""
 import json
 import shutil
 import subprocess
