@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import types
 import typing
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Union
@@ -115,7 +116,8 @@ def _type_hints(factory) -> dict:
 
 def _scalar_kind(annotation, default):
     """bool, int or float when the parameter is one of those (``Optional[...]`` too), else None."""
-    candidates = typing.get_args(annotation) if typing.get_origin(annotation) is typing.Union else (annotation,)
+    union = typing.get_origin(annotation) in (typing.Union, getattr(types, "UnionType", typing.Union))
+    candidates = typing.get_args(annotation) if union else (annotation,)
     for kind in (bool, int, float):
         if kind in candidates:
             return kind
