@@ -106,12 +106,14 @@ def ppo_terms(run, args, trained_steps, advantages, step_weights=None, rows=None
 
 
 def assert_same_update(ours, theirs, args, trained_steps, our_advantages, their_advantages, rows=None, **clips):
-    """Two runs trained the same first step: the same rollout and new log-probs (bit-identical: same
-    weights, noise and step order), per-term PPO losses equal in float64 (each advantage within
-    float32 rounding of the other's), and the same clipped gradient norms. Not the summed loss: its
-    terms cancel (a group's advantages have zero mean), so float32 rounding dominates the sum."""
-    first = len(ours.terms[0]["new_log_probs"])
-    assert torch.equal(torch.stack(ours.terms[0]["new_log_probs"]), torch.stack(theirs.terms[0]["new_log_probs"][:first]))
+    """Two runs trained the same first step: the same rollout and first-step new log-probs
+    (bit-identical: same weights, noise and step order), per-term PPO losses equal in float64 (each
+    advantage within float32 rounding of the other's), and the same clipped gradient norms. Not the
+    summed loss: its terms cancel (a group's advantages have zero mean), so float32 rounding
+    dominates the sum."""
+    first = trained_steps.numel()  # the first step's calls: one per (sample, trained column)
+    assert torch.equal(torch.stack(ours.terms[0]["new_log_probs"][:first]),
+                       torch.stack(theirs.terms[0]["new_log_probs"][:first]))
     assert torch.equal(ours.terms[0]["rollout_log_probs"][0], theirs.terms[0]["rollout_log_probs"][0])
     our_terms = ppo_terms(ours, args, trained_steps, our_advantages, rows=rows, **clips)
     their_terms = ppo_terms(theirs, args, trained_steps, their_advantages, rows=rows, **clips)
