@@ -54,9 +54,15 @@ class OtcaConfig:
     otca_reward_device: str = flag("device of the registry reward models (default: the trainer's)", "")
     otca_video_frames: int = flag("video targets: frames per video (evenly spaced) that image objectives of the "
                                    "registry score; a video's score is their mean", 4, target_only=True)
-    otca_sync_grads: bool = flag("DanceGRPO Wan2.1 only: average gradients over ranks before clipping (upstream "
+    otca_sync_grads: bool = flag("DanceGRPO Wan trainer (Wan2.1, Wan2.2): average gradients over ranks before clipping (upstream "
                                   "wraps the model in neither FSDP nor DDP, DanceGRPO issue #110); needs --otca or "
                                   "--otca_observe", False, target_only=True)
+    otca_wan22: bool = flag("DanceGRPO Wan trainer: a Wan2.2-A14B checkpoint (two experts, transformer and "
+                            "transformer_2, switched at boundary_ratio); detected from model_index.json too", False,
+                            target_only=True)
+    otca_wan22_train: str = flag("Wan2.2: which experts train ('both', 'transformer' = high-noise, "
+                                 "'transformer_2' = low-noise); the other still serves its steps", "both",
+                                 choices=("both", "transformer", "transformer_2"), target_only=True)
 
     def __post_init__(self) -> None:
         self.otca_rewards = tuple(self.otca_rewards)
@@ -73,6 +79,8 @@ class OtcaConfig:
             raise ValueError("--otca and --otca_observe exclude each other: observe trains vanilla")
         if self.otca_sync_grads and not self.active:
             raise ValueError("--otca_sync_grads needs --otca or --otca_observe (the fix is installed by the layer)")
+        if (self.otca_wan22 or self.otca_wan22_train != "both") and not self.active:
+            raise ValueError("--otca_wan22 / --otca_wan22_train need --otca or --otca_observe (the layer loads the experts)")
         if self.otca_video_frames < 1:
             raise ValueError(f"--otca_video_frames: need at least 1 frame, got {self.otca_video_frames}")
         self.credit_config()  # validates every credit option, naming it

@@ -56,29 +56,17 @@ def name_values(text: str) -> dict:
     return pairs
 
 
-def scalar(text: str):
-    """Numbers and booleans as such; anything else stays a string (paths, model names)."""
-    lowered = text.lower()
-    if lowered in ("true", "false"):
-        return lowered == "true"
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            pass
-    return text
-
-
 def name_options(text: str) -> dict:
     """``"clip_t.model_name=ViT-B-32,clip_t.quick_gelu=false"`` -> ``{"clip_t": {"model_name": "ViT-B-32",
-    "quick_gelu": False}}``."""
+    "quick_gelu": "false"}}``: values stay text until the reward adapter's parameter types convert
+    them (``rewards.registry.convert_options``), so ``model_name=007`` stays ``"007"``."""
     options: dict = {}
     for item in comma_list(text):
         key, sep, value = item.partition("=")
         name, dot, option = key.partition(".")
         if not sep or not dot or not name.strip() or not option.strip():
             raise argparse.ArgumentTypeError(f"expected NAME.KEY=VALUE, got {item!r}")
-        options.setdefault(name.strip(), {})[option.strip()] = scalar(value.strip())
+        options.setdefault(name.strip(), {})[option.strip()] = value.strip()
     return options
 
 

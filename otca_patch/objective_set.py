@@ -77,15 +77,15 @@ class Objectives:
             entries += list(resolved.items()) if resolved is not None else [(name, _REGISTRY)]
         self.keys = {name: key for name, key in entries if key is not _REGISTRY}
         registry = [name for name, key in entries if key is _REGISTRY]
+        unknown = (set(checkpoints) | set(options)) - set(registry)
+        if unknown:
+            raise ValueError(f"--otca_reward_ckpt/--otca_reward_opt name rewards that are not registry objectives: "
+                             f"{', '.join(sorted(unknown))} (objectives: {', '.join(names)})")
         self.reward_set = None
         expanded: dict = {}
         if registry:
             from .rewards import RewardSet
 
-            unknown = (set(checkpoints) | set(options)) - set(registry)
-            if unknown:
-                raise ValueError(f"--otca_reward_ckpt/--otca_reward_opt name rewards that are not registry objectives: "
-                                 f"{', '.join(sorted(unknown))} (objectives: {', '.join(names)})")
             self.reward_set = RewardSet(registry, checkpoints=dict(checkpoints), device=device, options=dict(options))
             expanded = {model: list(m.outputs) for model, m in zip(registry, self.reward_set.models)}
         self.names = tuple(column for name, key in entries

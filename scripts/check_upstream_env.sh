@@ -200,8 +200,15 @@ PY
 fi
 for side in vanilla otca; do
   [ -f "$work/$side/smoke.json" ] || { say "FAILED: $side wrote no smoke.json"; exit 1; }
+  say "smoke $side: $("$py" -c '
+import json, sys
+result = json.load(open(sys.argv[1]))
+losses = result.get("losses") or [s["loss"] for s in result["steps"]]
+norms = result.get("grad_norms") or [s["grad_norm"] for s in result["steps"]]
+print("world size", result["world_size"], "losses", [round(x, 6) for x in losses],
+      "grad norms", [round(x, 6) for x in norms])' "$work/$side/smoke.json")"
 done
 [ ! -f "$work/vanilla/run_log.jsonl" ] || { say "FAILED: the vanilla run wrote a run log"; exit 1; }
 say "passed: $checks checks in $(( $(seconds) - started )) s ($("$py" -c 'import torch, diffusers, transformers, accelerate; print(f"torch {torch.__version__}, diffusers {diffusers.__version__}, transformers {transformers.__version__}, accelerate {accelerate.__version__}")'))"
 }
-main "$@"
+main "$@"; exit $?  # on one line: bash has read it before main runs

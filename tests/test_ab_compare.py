@@ -48,6 +48,7 @@ SPEC = textwrap.dedent('''\
     anchor = "return rewards"
     action = "replace"
     code = "return __otca__.log(step, rewards)"
+    reads = ["step", "rewards"]
 ''')
 
 # observe logs and leaves the rewards alone; --otca "trains better": doubles the first objective

@@ -158,6 +158,9 @@ def test_doctor_reports_holding_and_broken_hooks(synthetic, tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
     done = subprocess.run(doctor[:-1] + [str(empty)], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and f"{empty} is empty" in done.stderr
+    (empty / "README.md").write_text("not an upstream checkout")
+    done = subprocess.run(doctor[:-1] + [str(empty)], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "holds none of the files" in done.stderr
 
 
@@ -249,3 +252,16 @@ def test_the_worker_keeps_the_interpreter_options(monkeypatch):
     monkeypatch.setattr(sys, "argv", ["train.py", "--lr", "1"])
     assert reexec.worker_argv() == [sys.executable, "-u", "-X", "dev", "-W", "error", "-m", "otca_patch.launch.worker",
                                     "train.py", "--lr", "1"]
+
+
+def test_an_environment_without_the_targets_fails_closed_only_when_it_asks_for_the_layer(synthetic):
+    upstream, env = synthetic
+    startup = REPO / "otca_patch" / "launch" / "startup"
+    base = dict(env, PYTHONPATH=os.pathsep.join([str(startup), env["PYTHONPATH"]]))
+    run = lambda args: subprocess.run([sys.executable, "trainer/train.py", "--out", "result.json"], cwd=upstream,
+                                      env=dict(base, OTCA_PATCH_ARGS=args), capture_output=True, text=True, timeout=120)
+    done = run("--otca --otca_mode tcd")
+    assert done.returncode == 2 and "OTCA_PATCH_TARGETS" in done.stderr and not (upstream / "result.json").exists()
+    done = run("--otca_mode tcd")  # flags without --otca: the layer is not asked for
+    assert done.returncode == 0, done.stderr
+    assert json.loads((upstream / "result.json").read_text())["advantages"] == [-2.0, -1.0, 3.0]

@@ -53,7 +53,7 @@ class TargetSpec:
     name: str
     upstream: str
     file: str  # path inside the upstream checkout, "/"-separated
-    runtime: str  # module providing ``install(config, module_globals)`` for the rewritten code
+    runtime: str  # module defining ``TARGET`` (otca_patch.targets.descriptor.Target): the runtime the rewritten code calls
     verified_commit: str
     verified_sha256: str
     hooks: tuple[Hook, ...]

@@ -3,7 +3,8 @@
 run the real upstream trainer step on the CPU with tiny models, with or without the layer.
 
 UPSTREAM_DIR is a DanceGRPO or FlowGRPO checkout (e.g. upstream/DanceGRPO); --target picks
-dancegrpo-flux (the default for DanceGRPO), dancegrpo-hunyuan, dancegrpo-wan or flowgrpo-sd3.
+dancegrpo-flux (the default for DanceGRPO) or another smoke target (see --target's choices;
+dancegrpo-wan22 needs --otca or --otca_observe).
 Without --otca the upstream file runs unpatched; with --otca alone the objectives are upstream's
 reward and a tiny CLIP-T from the reward registry. Upstream's own outputs (images/, reward.txt),
 the run log and smoke.json ({"otca": bool, "steps": [{"loss": x, "grad_norm": y}, ...]}) land in
@@ -13,29 +14,54 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
+import os
+import shlex
 import sys
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
-from ..config import parse_otca_args
+from ..config import ENV_ARGS, config_from_environment
 from ..flags import add_flags, from_namespace
 from ..hooks.checkout import check_upstream_dir
 from ..hooks.errors import PatchError
 from ..targets.registry import all_targets
 
+
 def smoke_targets() -> dict:
-    """``{target name: (spec, Target)}`` of every target with a smoke run, from the descriptors."""
-    return {target.name: (spec, target) for spec, target in all_targets() if target.smoke}
+    """``{target name: (spec, Target)}`` of every target with a smoke run, from the descriptors; a
+    descriptor's ``smoke_variants`` (another model layout on the same trainer) join under their own names."""
+    targets = {}
+    for spec, target in all_targets():
+        if target.smoke:
+            targets[target.name] = (spec, target)
+        for name, module in target.smoke_variants:
+            targets[name] = (spec, SimpleNamespace(name=name, smoke=module, smoke_objectives=target.smoke_objectives))
+    return targets
 
 
 def smoke_module(target):
     """The smoke module of ``target``: ``Sizes`` (a dataclass of size flags) and
-    ``run(upstream_dir, out_dir, config, sizes, reward_root, record_terms) -> dict``."""
+    ``run(upstream_dir, out_dir, config, sizes, reward_root, probe) -> dict``."""
     module = importlib.import_module(target.smoke)
     missing = [name for name in ("Sizes", "run") if not hasattr(module, name)]
     if missing:
         raise ValueError(f"target {target.name}: smoke module {target.smoke} lacks {', '.join(missing)}")
     return module
+
+
+def load_probe(text: str):
+    """``FILE.py:NAME`` -> the object NAME of that file (test-only code stays out of the package)."""
+    path, sep, name = text.rpartition(":")
+    if not sep or not path.endswith(".py") or not os.path.isfile(path):
+        raise argparse.ArgumentTypeError(f"expected an existing FILE.py:NAME, got {text!r}")
+    spec = importlib.util.spec_from_file_location(f"otca_smoke_probe_{Path(path).stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    if not callable(getattr(module, name, None)):
+        raise argparse.ArgumentTypeError(f"{path} defines no {name}")
+    return getattr(module, name)
 
 
 def detect_target(upstream_dir: Path, targets: dict) -> str:
@@ -53,14 +79,17 @@ def build_parser(sizes_type) -> argparse.ArgumentParser:
     parser.add_argument("upstream_dir", type=Path, help="upstream checkout, e.g. upstream/DanceGRPO")
     parser.add_argument("out_dir", type=Path, help="where upstream's outputs, the run log and smoke.json go")
     parser.add_argument("--target", choices=sorted(smoke_targets()), help="default: detected from the checkout")
-    parser.add_argument("--record_terms", action="store_true", help="also save per-term log-probs (tests)")
+    parser.add_argument("--probe", metavar="FILE.py:NAME", type=load_probe,
+                        help="tests: NAME(upstream_module, log_prob_index=...) wraps upstream's functions; its "
+                             "save(path) writes what it recorded (terms_rank<r>.pt)")
     return add_flags(parser, sizes_type)
 
 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        config, rest = parse_otca_args(argv)
+        # as a launched process: $OTCA_PATCH_ARGS, then the flags given here
+        config, rest = config_from_environment(argv)
         targets = smoke_targets()
         peek = argparse.ArgumentParser(add_help=False)
         peek.add_argument("upstream_dir", type=Path, nargs="?")
@@ -79,9 +108,10 @@ def main(argv=None) -> int:
     reward_root = out_dir / "tiny_rewards"
     try:
         if config.active:
-            config = with_smoke_defaults(config, argv, reward_root, target.smoke_objectives)
+            given = shlex.split(os.environ.get(ENV_ARGS, "")) + argv
+            config = with_smoke_defaults(config, given, reward_root, target.smoke_objectives)
         sizes = from_namespace(module.Sizes, args)
-        module.run(args.upstream_dir.resolve(), out_dir, config, sizes, reward_root, record_terms=args.record_terms)
+        module.run(args.upstream_dir.resolve(), out_dir, config, sizes, reward_root, probe=args.probe)
     except (PatchError, ValueError) as exc:
         print(f"smoke: error: {exc}", file=sys.stderr)
         return 2
@@ -89,8 +119,8 @@ def main(argv=None) -> int:
 
 
 def with_smoke_defaults(config, argv, reward_root: Path, default_rewards: tuple):
-    """--otca alone: the target's default objectives (upstream's reward plus a tiny registry
-    CLIP-T); the run log beside the outputs; tiny checkpoints for registry rewards."""
+    """--otca alone: the target's smoke objectives (its descriptor's); the run log beside the
+    outputs; tiny checkpoints for registry rewards. ``argv``: the flags given (environment and argv)."""
     from ..rewards import available, tiny
 
     changes = {}

@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 from ..config import OtcaConfig
-from .harness import (TermRecorder, call_by_signature, enter_run_folder, finish, fsdp_wrap, load_upstream,
+from .harness import (call_by_signature, enter_run_folder, finish, fsdp_wrap, load_upstream,
                       optimizer_and_schedule, report_step)
 
 UPSTREAM_FILE = "fastvideo/train_grpo_flux.py"
@@ -99,7 +99,7 @@ def prompt_loader(rank: int, seed: int):
 
 
 def run(upstream_dir: Path, out_dir: Path, config: OtcaConfig, sizes: Sizes, reward_root: Path,
-        record_terms: bool = False) -> dict:
+        probe=None) -> dict:
     rank, world_size = enter_run_folder(out_dir, "images")  # upstream writes ./images/*.png, ./reward.txt
 
     from ..rewards import tiny
@@ -107,7 +107,7 @@ def run(upstream_dir: Path, out_dir: Path, config: OtcaConfig, sizes: Sizes, rew
     reward_root.mkdir(parents=True, exist_ok=True)
     hps_checkpoint = tiny.build_hpsv2(reward_root)
     module = load_upstream(upstream_dir.resolve(), UPSTREAM_FILE, config, "dancegrpo_train_grpo_flux")
-    recorder = TermRecorder(module, log_prob_index=2) if record_terms else None
+    recorder = probe(module, log_prob_index=2) if probe else None  # all_log_probs: result[2]
 
     torch.manual_seed(sizes.seed)  # the same weights for every rank and every mode
     transformer = tiny_transformer()

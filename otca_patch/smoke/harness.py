@@ -1,5 +1,6 @@
-"""What every smoke target shares: loading the upstream file (untouched or rewritten) and the test
-probe that records each loss term's log-probs."""
+"""What every smoke target shares: loading the upstream file (untouched or rewritten), the run
+folder, FSDP, the optimizer and smoke.json. A test probe (``--probe FILE.py:NAME``, e.g. the loss-term
+recorder of tests/upstream/term_probe.py) is built from the upstream module and saved per rank."""
 from __future__ import annotations
 
 import importlib.util
@@ -50,45 +51,6 @@ def call_by_signature(function, available: dict):
     keywords = {name: available[name] for name, p in parameters.items()
                 if p.kind not in variadic and p.kind is not inspect.Parameter.POSITIONAL_ONLY and name in available}
     return function(*positional, **keywords)
-
-
-class TermRecorder:
-    """Test probe (not part of the layer): records each rollout's log-probs and each training call's
-    new log-probs by wrapping the upstream module's functions, so a test can rebuild every loss term.
-
-    log_prob_index: where ``all_log_probs [B, S]`` sits in ``sample_reference_model``'s result.
-    """
-
-    def __init__(self, module, log_prob_index: int):
-        self.rollout_log_probs, self.new_log_probs = [], []
-        self.sampled = []  # DanceGRPO's run_sample_step: (trajectory, last predicted clean sample) per chunk
-        sample, grpo = module.sample_reference_model, module.grpo_one_step
-        if hasattr(module, "run_sample_step"):
-            sampler = module.run_sample_step
-
-            def run_sample_step(*args, **kwargs):
-                result = sampler(*args, **kwargs)  # z, predicted clean sample, all_latents, log-probs
-                self.sampled.append((result[2].detach().clone(), result[1].detach().clone()))
-                return result
-
-            module.run_sample_step = run_sample_step
-
-        def sample_reference_model(*args, **kwargs):
-            result = sample(*args, **kwargs)
-            self.rollout_log_probs.append(result[log_prob_index].detach().clone())
-            return result
-
-        def grpo_one_step(*args, **kwargs):
-            new = grpo(*args, **kwargs)
-            self.new_log_probs.append(new.detach().clone())
-            return new
-
-        module.sample_reference_model, module.grpo_one_step = sample_reference_model, grpo_one_step
-
-    def save(self, path: Path) -> None:
-        torch.save({"rollout_log_probs": self.rollout_log_probs,
-                    "new_log_probs": [t.reshape(-1) for t in self.new_log_probs],
-                    "trajectories": [t for t, _ in self.sampled], "predictions": [p for _, p in self.sampled]}, path)
 
 
 def cast_inputs_to_weights(model: torch.nn.Module) -> None:
@@ -148,13 +110,13 @@ def report_step(rank: int, step: int, loss, grad_norm, **extra) -> dict:
 
 
 def finish(out_dir: Path, config: OtcaConfig, rank: int, world_size: int, steps: list,
-           recorder: "TermRecorder | None", **extra) -> dict:
-    """Write ``smoke.json`` (rank 0) and the recorded terms (each rank); returns the result."""
+           probe, **extra) -> dict:
+    """Write ``smoke.json`` (rank 0) and what the test probe recorded (each rank); returns the result."""
     result = {"otca": config.otca, "observe": config.otca_observe,
               "mode": config.otca_mode if config.active else None, **extra, "world_size": world_size,
               "steps": steps}
-    if recorder is not None:
-        recorder.save(out_dir / f"terms_rank{rank}.pt")
+    if probe is not None:
+        probe.save(out_dir / f"terms_rank{rank}.pt")
     if rank == 0:
         (out_dir / "smoke.json").write_text(json.dumps(result, indent=2))
     return result

@@ -24,6 +24,14 @@ A map of the upstream file and of what each hook point does there:
     DDP, so without it each rank steps on its own gradient and the replicas drift apart (DanceGRPO
     issue #110). Without the flag the hook does nothing: vanilla stays vanilla.
 module level  hook ``log_each_step``: ``train_one_step`` is wrapped to write one run-log line per call.
+``main``  loads ``WanTransformer3DModel`` from ``<pretrained>/transformer``, optionally applies gradient
+    checkpointing to its ``WanTransformerBlock``s, trains it without FSDP/DDP, and every
+    ``checkpointing_steps`` saves ``transformer.state_dict()`` (rank 0) into ``checkpoint-<step>-<epoch>/``.
+    hook ``load_experts`` (Wan2.2, ``--otca_wan22`` or a ``model_index.json`` with ``transformer_2``): the
+    loaded transformer becomes an ``ExpertRouter`` of both experts (``targets/wan22.py``), before
+    upstream's checkpointing, ``.train()`` and optimizer see it; Wan2.1 keeps upstream's transformer.
+    hook ``save_experts``: Wan2.2 writes each expert in diffusers' layout under ``checkpoint-*/<expert>/``;
+    Wan2.1 runs upstream's own ``save_file(cpu_state, weight_path)``.
 """
 from __future__ import annotations
 
@@ -33,10 +41,52 @@ import torch.distributed as dist
 from ..distributed import world
 from .dancegrpo import GrpoRuntime
 from .descriptor import Target
+from .wan22 import ExpertRouter, is_wan22_checkpoint, load_experts, save_experts
 
 
 class WanRuntime(GrpoRuntime):
-    """State of the layer inside one DanceGRPO Wan2.1 process (one rank)."""
+    """State of the layer inside one DanceGRPO Wan2.1 / Wan2.2 process (one rank)."""
+
+    router = None  # the ExpertRouter of a Wan2.2 run
+
+    # ---- hook: load_experts (main, after upstream loads the transformer)
+    def load_experts(self, transformer: torch.nn.Module, args) -> torch.nn.Module:
+        """Wan2.2: both experts behind one router; Wan2.1: upstream's transformer, untouched."""
+        folder = args.pretrained_model_name_or_path
+        if not (self.config.otca_wan22 or is_wan22_checkpoint(folder)):
+            return transformer
+        if not is_wan22_checkpoint(folder):
+            raise ValueError(f"--otca_wan22: {folder}/model_index.json declares no transformer_2 (not Wan2.2-A14B)")
+        self.config.otca_wan22 = True
+        self.router = load_experts(transformer, folder, self.config.otca_wan22_train)
+        return self.router
+
+    # ---- hook: save_experts (main, rank 0, where upstream writes its checkpoint)
+    def save_transformer(self, transformer, cpu_state: dict, save_dir: str, weight_path: str) -> None:
+        if isinstance(transformer, ExpertRouter):
+            save_experts(transformer, save_dir)
+        else:
+            from safetensors.torch import save_file
+
+            save_file(cpu_state, weight_path)
+
+    def reset(self) -> None:
+        super().reset()
+        if self.router is not None:
+            self.router.served.clear()
+
+    def write_log(self, result) -> None:
+        """Wan2.2: the record also says which expert served each trained column ``[B][n]`` (in
+        training order) and which expert each sampled timestep went to."""
+        if self.router is not None and self.record is not None:
+            trained = [names for _, names, grad in self.router.served if grad]
+            sampled = {t: name for steps, names, grad in self.router.served if not grad for t, name in zip(steps, names)}
+            rows, columns = self.trained_steps.shape
+            if len(trained) != rows * columns:
+                raise ValueError(f"otca-patch: {len(trained)} training forwards for {rows}x{columns} trained steps")
+            self.record["trained_experts"] = [[trained[r * columns + c][0] for c in range(columns)] for r in range(rows)]
+            self.record["sampled_experts"] = {str(t): name for t, name in sorted(sampled.items(), reverse=True)}
+        super().write_log(result)
 
     # ---- hook: synchronise_gradients (train_one_step, before clip_grad_norm_)
     def synchronise_gradients(self, model: torch.nn.Module) -> None:
@@ -58,5 +108,6 @@ class WanRuntime(GrpoRuntime):
 
 
 TARGET = Target("dancegrpo-wan", WanRuntime, outputs=("videos", "reward.txt"),
-                flags=("otca_video_frames", "otca_sync_grads"), smoke="otca_patch.smoke.dancegrpo_wan",
-                smoke_objectives=("upstream", "clip_t"))
+                flags=("otca_video_frames", "otca_sync_grads", "otca_wan22", "otca_wan22_train"),
+                smoke="otca_patch.smoke.dancegrpo_wan", smoke_objectives=("upstream", "clip_t"),
+                smoke_variants=(("dancegrpo-wan22", "otca_patch.smoke.dancegrpo_wan22"),))

@@ -18,7 +18,8 @@ class Target:
     outputs: what upstream writes relative to its working directory (folders and files; an A/B run
     gives each side its own). flags: the target-only ``OtcaConfig`` flags this target takes.
     smoke: the module of its CPU smoke run (``""``: none). smoke_objectives: the objectives of a
-    smoke run with ``--otca`` alone."""
+    smoke run with ``--otca`` alone. smoke_variants: ``(name, module)`` pairs, further smoke runs of
+    the same trainer on another model layout (Wan2.2's two experts on the Wan trainer)."""
 
     name: str
     runtime: type
@@ -26,6 +27,7 @@ class Target:
     flags: tuple = ()
     smoke: str = ""
     smoke_objectives: tuple = ("upstream",)
+    smoke_variants: tuple = ()
 
     def __post_init__(self) -> None:
         target_only = {f.name for f in fields(OtcaConfig) if f.metadata.get("target_only")}

@@ -4,15 +4,16 @@ import shutil
 import pytest
 import torch
 
-from otca_patch.config import ENV_ARGS
 from otca_patch.credit import CreditConfig, credit_from_progress
-from otca_patch.launch.wrapper import STARTUP_DIR
 
-from .conftest import cached_runs, run_smoke
+from otca_patch.smoke.dancegrpo_flux import Sizes, upstream_args
+
+from .conftest import assert_same_update, cached_runs, ppo_terms, run_smoke, with_startup_hook
 
 pytestmark = pytest.mark.upstream
 
 STEPS = ["--steps", "2"]
+ARGS = upstream_args(Sizes())  # what train_one_step reads in every run here (no size flag is changed)
 
 
 @pytest.fixture(scope="module")
@@ -23,10 +24,16 @@ def runs(dancegrpo, tmp_path_factory):
 
 
 def test_vanilla_parity_with_the_layer_present_but_not_asked_for(runs):
+    """The smoke run takes its flags as a launched process does ($OTCA_PATCH_ARGS, with the startup
+    hook on the path): without --otca the upstream file runs untouched; the same environment with
+    --otca rewrites it (the control: these flags do reach the layer)."""
     vanilla = runs("vanilla", *STEPS, "--record_terms")
-    present = runs("present", *STEPS, env={ENV_ARGS: "--otca_mode tcd", "PYTHONPATH": str(STARTUP_DIR)})
+    present = runs("present", *STEPS, env=with_startup_hook("--otca_mode tcd"))
     assert present.losses == vanilla.losses and present.grad_norms == vanilla.grad_norms
     assert not (present.out / "run_log.jsonl").exists()
+    asked = runs("asked", *STEPS, env=with_startup_hook("--otca --otca_mode tcd --otca_rewards upstream"))
+    assert [r["mode"] for r in asked.log] == ["tcd", "tcd"]
+    assert asked.losses != vanilla.losses
 
 
 def test_observe_mode_trains_bit_identically_and_logs_the_credit(runs):
@@ -41,34 +48,12 @@ def test_observe_mode_trains_bit_identically_and_logs_the_credit(runs):
 
 def test_sum_mode_over_upstreams_reward_equals_vanilla(runs):
     vanilla = runs("vanilla", *STEPS, "--record_terms")
-    summed = runs("sum", *STEPS, "--otca", "--otca_mode", "sum", "--otca_rewards", "upstream")
-    for ours, theirs in zip(summed.grad_norms, vanilla.grad_norms):
-        assert ours == pytest.approx(theirs, rel=1e-6)
-    # GRPO's loss is a sum of terms that cancel (advantages have zero mean in a group), so "relative"
-    # means relative to the size of its terms, not to the near-zero sum
+    summed = runs("sum", *STEPS, "--record_terms", "--otca", "--otca_mode", "sum", "--otca_rewards", "upstream")
     record = summed.log[0]
-    scale = _vanilla_terms(vanilla, None, torch.tensor(record["trained_steps"]),
-                           torch.tensor(record["upstream_advantages"], dtype=torch.float64)).abs().sum().item()
-    assert summed.losses[0] == pytest.approx(vanilla.losses[0], abs=1e-6 * scale)
-    assert torch.allclose(torch.tensor(record["combined"]), torch.tensor(record["upstream_advantages"]),
-                          rtol=1e-6, atol=1e-7)
-
-
-def _vanilla_terms(run, step_weights=None, trained_steps=None, advantages=None, gas=4):
-    """Rebuild upstream's loss from the recorded log-probs: sum over (sample, column) of
-    max(-A r, -A clip(r)) / (gas * train_timesteps), as upstream's train_one_step computes it."""
-    terms = run.terms[0]
-    old = terms["rollout_log_probs"][0].double()  # [B, S], first step only
-    new = torch.stack(terms["new_log_probs"]).double()  # calls in order: sample-major, then column
-    batch = old.shape[0]
-    train_timesteps = trained_steps.shape[1]
-    new = new[:batch * train_timesteps].reshape(batch, train_timesteps)
-    ratio = torch.exp(new - old.gather(1, trained_steps))
-    weights = torch.ones_like(ratio) if step_weights is None else step_weights.gather(1, trained_steps)
-    adv = (advantages[:, None] * weights).clamp(-5.0, 5.0)
-    clipped = ratio.clamp(1 - 1e-4, 1 + 1e-4)
-    per_term = torch.maximum(-adv * ratio, -adv * clipped) / (gas * train_timesteps)
-    return per_term
+    combined = torch.tensor(record["combined"], dtype=torch.float64)
+    upstream_adv = torch.tensor(record["upstream_advantages"], dtype=torch.float64)
+    assert torch.allclose(combined, upstream_adv, rtol=1e-6, atol=1e-7)
+    assert_same_update(summed, vanilla, ARGS, torch.tensor(record["trained_steps"]), combined, upstream_adv)
 
 
 def test_otca_loss_is_vanilla_loss_reweighted_by_the_logged_step_weights(runs):
@@ -81,9 +66,9 @@ def test_otca_loss_is_vanilla_loss_reweighted_by_the_logged_step_weights(runs):
     # same weights, prompts, noise and step order: the new log-probs of step 1 are bit-identical
     first = len(tcd.terms[0]["new_log_probs"])
     assert torch.equal(torch.stack(tcd.terms[0]["new_log_probs"]), torch.stack(vanilla.terms[0]["new_log_probs"][:first]))
-    vanilla_terms = _vanilla_terms(vanilla, None, trained, upstream_adv)
+    vanilla_terms = ppo_terms(vanilla, ARGS, trained, upstream_adv)
     assert vanilla_terms.sum().item() == pytest.approx(vanilla.losses[0], abs=1e-6 * vanilla_terms.abs().sum().item())
-    weighted = _vanilla_terms(vanilla, weights, trained, upstream_adv)
+    weighted = ppo_terms(vanilla, ARGS, trained, upstream_adv, weights)
     assert not torch.allclose(weights, torch.ones_like(weights)), "step weights are not all 1 here"
     assert tcd.losses[0] == pytest.approx(weighted.sum().item(), abs=1e-5 * weighted.abs().sum().item())
     # term by term, OTCA's loss is the vanilla term times the step weight of the step trained

@@ -27,15 +27,26 @@ def _targeted_file():
     if not script.endswith(".py"):
         return None
     targets = os.environ.get(TARGETS_VARIABLE)
-    if targets is None:
-        _fail(f"${ARGS_VARIABLE} asks for the layer but ${TARGETS_VARIABLE} does not say which files it targets; "
-              f"start the launch through scripts/otca_run.sh (refusing to run {script} unpatched)")
+    if targets is None:  # not the wrapper's environment: fail closed only if the flags ask for the layer
+        if _asks_for_layer(os.environ[ARGS_VARIABLE], script):
+            _fail(f"${ARGS_VARIABLE} asks for the layer but ${TARGETS_VARIABLE} does not say which files it "
+                  f"targets; start the launch through scripts/otca_run.sh (refusing to run {script} unpatched)")
+        return None
     parts = os.path.abspath(script).split(os.sep)
     for target in filter(None, targets.split(os.pathsep)):
         want = target.split("/")
         if parts[-len(want):] == want:
             return target
     return None
+
+
+def _asks_for_layer(args, script):
+    import shlex
+
+    try:
+        return bool({"--otca", "--otca_observe"} & set(shlex.split(args)))
+    except ValueError as exc:
+        _fail(f"${ARGS_VARIABLE} cannot be read ({exc}); refusing to run {script}")
 
 
 def _fail(message):
@@ -63,9 +74,7 @@ def _chain_next_sitecustomize():
     sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]
     module = sys.modules.pop("sitecustomize", None)
     try:
-        import importlib
-
-        importlib.import_module("sitecustomize")
+        __import__("sitecustomize")  # not importlib: importing it here would cost every process ~10 ms
     except ImportError:
         pass
     finally:
