@@ -8,8 +8,8 @@ import sys
 #: ``otca-patch doctor`` does not pay for diffusers, and a broken optional part breaks only itself.
 COMMANDS = {
     "credit": ("otca_patch.credit.example", "compute OTCA credit on a built-in example and print it"),
-    "demo": ("otca_patch.demo.cli", "vanilla vs OTCA GRPO on a tiny FLUX-architecture model (CPU, minutes)"),
-    "ablate": ("otca_patch.demo.ablate", "all six credit modes over several seeds, the paper's Table 4 layout"),
+    "demo": ("otca_patch.demo.cli", "OTCA vs Multi-GRPO over paired seeds on a tiny FLUX-architecture model (CPU, minutes)"),
+    "ablate": ("otca_patch.demo.ablate", "the six credit modes and their controls over several seeds, the paper's Table 4 layout"),
     "proxy": ("otca_patch.demo.proxy_command", "proxy validity of TCD's progress (spec section 7, paper Table 5)"),
     "doctor": ("otca_patch.hooks.doctor", "check every hook-point spec against an upstream checkout"),
     "smoke": ("otca_patch.smoke.cli", "run an upstream trainer's real step on the CPU with tiny models, with or without --otca"),

@@ -2,13 +2,17 @@
 weights (runs paired by seed); returns plain numbers for the report and ``metrics.json``."""
 from __future__ import annotations
 
+import hashlib
+import json
 import time
+from pathlib import Path
 from typing import Optional
 
 import torch
 
 from .config import BASE_MODEL_FORMAT, DemoConfig
 from .evaluation import gap_closed
+from .files import atomic_write_json
 from .jobs import Job, run_jobs
 from .pixel_rewards import OBJECTIVES
 from .pretrain import load_or_train_base_model
@@ -49,12 +53,6 @@ def run_experiment(config: DemoConfig, modes: Optional[list] = None, seeds: Opti
 def _run_or_resume(jobs: list, config: DemoConfig, log) -> list:
     """Run the jobs; with ``config.resume``, keep each finished run under ``<out>/finished_runs/`` and
     reuse those whose variant, seed and every training field match."""
-    import hashlib
-    import json
-    from pathlib import Path
-
-    from .files import atomic_write_json
-
     if not config.resume:
         return run_jobs(jobs, config.workers, config)
     folder = Path(config.out) / "finished_runs"

@@ -119,16 +119,22 @@ def render_markdown(result: dict, command: str) -> str:
     return "\n".join(lines)
 
 
+_DRIFT_READINGS = {  # (closed more of the gap, moved more) -> what it means
+    (False, False): "it closed less of the gap and moved less: that is training less, not balancing better",
+    (False, True): "it closed less of the gap although it moved more: its steps were spent less usefully",
+    (True, False): "it closed more of the gap while moving less: more gain per unit of movement",
+    (True, True): "it closed more of the gap and moved more: part of the gain may be a larger step",
+}
+
+
 def _drift_reading(result: dict) -> str:
     reference = result["reference_mode"]
     parts = []
     for mode, diff in result["comparisons"].items():
         closed, drift = diff["mean_gap_closed"], diff["drift"]
-        moved = "less" if drift["mean"] < 0 else "more"
-        parts.append(f"`{mode}` moved {moved} than `{reference}` (drift difference {interval(drift, 4)}) and closed "
-                     f"{interval(closed)} more of the mean gap")
-    return ("Drift: " + "; ".join(parts) + ". Closing less of the gap while moving less is training less, not "
-            "balancing better.")
+        reading = _DRIFT_READINGS[closed["mean"] > 0, drift["mean"] > 0]
+        parts.append(f"`{mode}` - `{reference}`: mean gap closed {interval(closed)}, drift {interval(drift, 4)}; {reading}")
+    return "Drift: " + "; ".join(parts) + "."
 
 
 def _indent_doc(doc: str) -> str:
