@@ -14,6 +14,7 @@ from ..hooks.errors import PatchError
 #: run(upstream_dir, out_dir, config, sizes, reward_root, record_terms) -> dict
 TARGETS = {
     "dancegrpo-flux": "otca_patch.smoke.dancegrpo_flux",
+    "dancegrpo-flux-lora": "otca_patch.smoke.dancegrpo_flux_lora",
     "dancegrpo-hunyuan": "otca_patch.smoke.dancegrpo_hunyuan",
     "dancegrpo-wan": "otca_patch.smoke.dancegrpo_wan",
     "flowgrpo-sd3": "otca_patch.smoke.flowgrpo_sd3",

@@ -103,29 +103,39 @@ def prompt_loader(rank: int, seed: int):
 
 def run(upstream_dir: Path, out_dir: Path, config: OtcaConfig, sizes: Sizes, reward_root: Path,
         record_terms: bool = False) -> dict:
+    return run_flux_trainer(upstream_dir, out_dir, config, sizes, reward_root, record_terms, UPSTREAM_FILE,
+                            lambda: fsdp_wrap(tiny_transformer()), trailing_args=(None,))  # no EMA handler
+
+
+def run_flux_trainer(upstream_dir: Path, out_dir: Path, config: OtcaConfig, sizes: Sizes, reward_root: Path,
+                     record_terms: bool, upstream_file: str, build_transformer, trailing_args: tuple = (),
+                     **extra_upstream_args) -> dict:
+    """The smoke run of a FLUX trainer (``train_grpo_flux.py`` and its LoRA variant): ``build_transformer()``
+    gives the wrapped model; ``trailing_args`` follow ``preprocess_val`` in ``train_one_step``'s arguments."""
     rank, world_size = enter_run_folder(out_dir, "images")  # upstream writes ./images/*.png, ./reward.txt
 
     from ..rewards import tiny
 
     reward_root.mkdir(parents=True, exist_ok=True)
     hps_checkpoint = tiny.build_hpsv2(reward_root)
-    module = load_upstream(upstream_dir.resolve(), UPSTREAM_FILE, config, "dancegrpo_train_grpo_flux")
-    recorder = TermRecorder(module, log_prob_index=2) if record_terms else None
+    module = load_upstream(upstream_dir.resolve(), upstream_file, config, f"dancegrpo_{Path(upstream_file).stem}")
+    recorder = TermRecorder(module, log_prob_index=2, rollout_fields={"rewards": 0, "latents": 1}) if record_terms else None
 
     torch.manual_seed(sizes.seed)  # the same weights for every rank and every mode
-    transformer = tiny_transformer()
+    transformer = build_transformer()
     vae = tiny_vae().eval()
     reward_model, tokenizer, preprocess_val = upstream_hps_reward(hps_checkpoint, tiny.TINY_HPS_ARCH)
-    transformer = fsdp_wrap(transformer)
     transformer.train()
     optimizer, lr_scheduler = optimizer_and_schedule(transformer, sizes.learning_rate)
     args = upstream_args(sizes)
+    vars(args).update(extra_upstream_args)
     loader = prompt_loader(rank, sizes.seed)
     torch.manual_seed(sizes.seed * 1000 + rank)  # rollout noise and step order: per rank, as upstream seeds
 
     steps = []
     for step in range(1, sizes.steps + 1):
         loss, grad_norm = module.train_one_step(args, torch.device("cpu"), transformer, vae, reward_model, tokenizer,
-                                                optimizer, lr_scheduler, loader, None, 1.0, preprocess_val, None)
+                                                optimizer, lr_scheduler, loader, None, 1.0, preprocess_val,
+                                                *trailing_args)
         steps.append(report_step(rank, step, loss, grad_norm))
     return finish(out_dir, config, rank, world_size, steps, recorder)

@@ -35,16 +35,21 @@ class TermRecorder:
     """Test probe (not part of the layer): records each rollout's log-probs and each training call's
     new log-probs by wrapping the upstream module's functions, so a test can rebuild every loss term.
 
-    log_prob_index: where ``all_log_probs [B, S]`` sits in ``sample_reference_model``'s result.
+    log_prob_index: where ``all_log_probs [B, S]`` sits in ``sample_reference_model``'s result;
+    rollout_fields: other parts of that result to record, ``{name: index}`` (e.g. the rewards
+    ``[B]`` and ``all_latents [B, S+1, ...]``, so a test can recompute the credit's inputs).
     """
 
-    def __init__(self, module, log_prob_index: int):
+    def __init__(self, module, log_prob_index: int, rollout_fields: dict | None = None):
         self.rollout_log_probs, self.new_log_probs = [], []
+        self.rollout = {name: [] for name in rollout_fields or {}}
         sample, grpo = module.sample_reference_model, module.grpo_one_step
 
         def sample_reference_model(*args, **kwargs):
             result = sample(*args, **kwargs)
             self.rollout_log_probs.append(result[log_prob_index].detach().clone())
+            for name, index in (rollout_fields or {}).items():
+                self.rollout[name].append(result[index].detach().clone())
             return result
 
         def grpo_one_step(*args, **kwargs):
@@ -55,8 +60,8 @@ class TermRecorder:
         module.sample_reference_model, module.grpo_one_step = sample_reference_model, grpo_one_step
 
     def save(self, path: Path) -> None:
-        torch.save({"rollout_log_probs": self.rollout_log_probs,
-                    "new_log_probs": [t.reshape(-1) for t in self.new_log_probs]}, path)
+        torch.save({"rollout_log_probs": self.rollout_log_probs, "new_log_probs": [t.reshape(-1) for t in self.new_log_probs],
+                    **{f"rollout_{name}": values for name, values in self.rollout.items()}}, path)
 
 
 def cast_inputs_to_weights(model: torch.nn.Module) -> None:
