@@ -53,6 +53,10 @@ class ImageTrainerChecks:
     ppo = {"gas": 4, "clip_range": 1e-4, "adv_clip_max": 5.0}  # what ppo_terms needs
     mutation = ('samples["advantages"] = advantages', 'samples["advantages"] = advantages * 1')
     mutated_hook = ("per_step_advantages", "function train_one_step", "found 1 times, expected exactly 2")
+    # sum mode vs vanilla: the credit engine's advantage differs from upstream's float32 one by rounding;
+    # how far that moves what upstream reports depends on the trainer's precision
+    grad_norm_rtol, grad_norm_steps = 1e-6, 2  # relative gap of the clipped gradient norms, over how many steps
+    loss_rtol = 1e-6  # gap of upstream's reported loss to the rebuilt terms, relative to their size
 
     # ---- what differs between trainers
     def image_path(self, rank: int, index: int) -> str:
@@ -143,8 +147,8 @@ class ImageTrainerChecks:
         vanilla = self.vanilla(runs)
         summed = runs("sum", "--steps", "2", "--record_terms", "--otca", "--otca_mode", "sum",
                       "--otca_rewards", "upstream")
-        for ours, theirs in zip(summed.grad_norms, vanilla.grad_norms, strict=True):
-            assert ours == pytest.approx(theirs, rel=1e-6)
+        steps = self.grad_norm_steps
+        assert summed.grad_norms[:steps] == pytest.approx(vanilla.grad_norms[:steps], rel=self.grad_norm_rtol)
         record = summed.log[0]
         trained = torch.tensor(record["trained_steps"])
         expected = self.vanilla_step_advantages(vanilla, trained)
@@ -153,7 +157,7 @@ class ImageTrainerChecks:
         # term by term in float64: a float32 sum of terms that cancel within a group says little
         ours, theirs = self.terms(summed, trained, logged), self.terms(vanilla, trained, expected)
         assert torch.allclose(ours, theirs, rtol=1e-6, atol=1e-12)
-        assert summed.losses[0] == pytest.approx(ours.sum().item(), abs=1e-6 * ours.abs().sum().item())
+        assert summed.losses[0] == pytest.approx(ours.sum().item(), abs=self.loss_rtol * ours.abs().sum().item())
 
     def test_otca_loss_is_vanilla_loss_reweighted_by_the_logged_step_weights(self, runs):
         vanilla = self.vanilla(runs)
@@ -167,7 +171,8 @@ class ImageTrainerChecks:
                            torch.stack(vanilla.terms[0]["new_log_probs"][:first]))
         upstream = self.vanilla_step_advantages(vanilla, trained)
         vanilla_terms = self.terms(vanilla, trained, upstream)
-        assert vanilla_terms.sum().item() == pytest.approx(vanilla.losses[0], abs=1e-6 * vanilla_terms.abs().sum().item())
+        assert vanilla_terms.sum().item() == pytest.approx(vanilla.losses[0],
+                                                           abs=self.loss_rtol * vanilla_terms.abs().sum().item())
         weighted = self.terms(vanilla, trained, upstream * weights)
         assert tcd.losses[0] == pytest.approx(weighted.sum().item(), abs=1e-5 * weighted.abs().sum().item())
         tcd_terms = self.terms(tcd, trained, torch.tensor(record["advantages"], dtype=torch.float64))
