@@ -16,6 +16,7 @@ TARGETS = {
     "dancegrpo-flux": "otca_patch.smoke.dancegrpo_flux",
     "dancegrpo-flux-lora": "otca_patch.smoke.dancegrpo_flux_lora",
     "dancegrpo-hunyuan": "otca_patch.smoke.dancegrpo_hunyuan",
+    "dancegrpo-qwenimage": "otca_patch.smoke.dancegrpo_qwenimage",
     "dancegrpo-sd": "otca_patch.smoke.dancegrpo_sd",
     "dancegrpo-wan": "otca_patch.smoke.dancegrpo_wan",
     "flowgrpo-sd3": "otca_patch.smoke.flowgrpo_sd3",

@@ -56,5 +56,5 @@ def lora_transformer(sizes: Sizes) -> torch.nn.Module:
 def run(upstream_dir: Path, out_dir: Path, config: OtcaConfig, sizes: Sizes, reward_root: Path,
         record_terms: bool = False) -> dict:
     # the LoRA trainer also offers HPSv3 (args.use_hpsv3); its launch script uses HPSv2.1
-    return flux.run_flux_trainer(upstream_dir, out_dir, config, sizes, reward_root, record_terms, UPSTREAM_FILE,
-                                 lambda: lora_transformer(sizes), use_hpsv3=False)
+    return flux.run(upstream_dir, out_dir, config, sizes, reward_root, record_terms, UPSTREAM_FILE,
+                    lambda: lora_transformer(sizes), use_hpsv3=False)
