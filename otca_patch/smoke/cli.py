@@ -17,6 +17,7 @@ TARGETS = {
     "dancegrpo-flux-lora": "otca_patch.smoke.dancegrpo_flux_lora",
     "dancegrpo-hunyuan": "otca_patch.smoke.dancegrpo_hunyuan",
     "dancegrpo-qwenimage": "otca_patch.smoke.dancegrpo_qwenimage",
+    "dancegrpo-qwenimage-edit": "otca_patch.smoke.dancegrpo_qwenimage_edit",
     "dancegrpo-sd": "otca_patch.smoke.dancegrpo_sd",
     "dancegrpo-wan": "otca_patch.smoke.dancegrpo_wan",
     "flowgrpo-sd3": "otca_patch.smoke.flowgrpo_sd3",
