@@ -4,10 +4,12 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
-from dataclasses import MISSING, asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass
 from typing import Optional, Sequence
 
+from . import flags
 from .credit import MODES, CreditConfig
+from .flags import flag
 
 #: The environment variable through which `scripts/otca_run.sh` hands the flags to every process
 #: that a launcher (torchrun, accelerate) starts: upstream shell scripts pass fixed arguments.
@@ -15,41 +17,52 @@ ENV_ARGS = "OTCA_PATCH_ARGS"
 FLAG_PREFIX = "--otca"
 
 
-def _flag(help_text: str, default=MISSING, default_factory=MISSING, **argparse_options):
-    meta = {"help": help_text, "argparse": argparse_options}
-    if default_factory is not MISSING:
-        return field(default_factory=default_factory, metadata=meta)
-    return field(default=default, metadata=meta)
-
-
 @dataclass
 class OtcaConfig:
     """Every ``--otca*`` flag. Credit options mirror ``CreditConfig`` (same defaults: the spec's)."""
 
-    otca: bool = _flag("replace upstream's advantage by OTCA's per-step, objective-aware one", False)
-    otca_observe: bool = _flag("score and log every objective and the credit, but train exactly as vanilla", False)
-    otca_mode: str = _flag(f"credit mode: {', '.join(MODES)}", "otca", choices=MODES)
-    otca_rewards: tuple = _flag("objectives in order, comma-separated: 'upstream' (the reward upstream "
-                                "computes) and reward-registry names", ("upstream",))
-    otca_reward_ckpt: dict = _flag("NAME=PATH checkpoint of a registry reward (repeatable or comma-separated)",
-                                   default_factory=dict)
-    otca_reward_opt: dict = _flag("NAME.KEY=VALUE option of a registry reward, e.g. clip_t.model_name=ViT-B-32 "
-                                  "(repeatable or comma-separated)", default_factory=dict)
-    otca_objective_weights: Optional[tuple] = _flag("s_k per objective, comma-separated (default all 1)", None)
-    otca_w_min: float = _flag("smallest TCD step weight, in [0, 1]", 0.5)
-    otca_eps: float = _flag("TCD / exploration smoothing", 1e-6)
-    otca_adv_eps: float = _flag("added to the group std (DanceGRPO's 1e-8)", 1e-8)
-    otca_std_correction: int = _flag("Bessel correction of every std", 1)
-    otca_explore: float = _flag("MOCA exploration bias beta (>= 0)", 1.0)
-    otca_std_scope: str = _flag("std that normalises rewards: 'group' (the spec) or 'batch' (FlowGRPO's "
+    otca: bool = flag("replace upstream's advantage by OTCA's per-step, objective-aware one", False)
+    otca_observe: bool = flag("score and log every objective and the credit, but train exactly as vanilla", False)
+    otca_mode: str = flag(f"credit mode: {', '.join(MODES)}", "otca", choices=MODES)
+    otca_rewards: tuple[str, ...] = flag("objectives in order, comma-separated: 'upstream' (the reward upstream "
+                                         "computes) and reward-registry names", ("upstream",))
+    otca_reward_ckpt: dict = flag("NAME=PATH checkpoint of a registry reward (repeatable or comma-separated)",
+                                  default_factory=dict, parse=flags.name_values, format=flags.format_name_values)
+    otca_reward_opt: dict = flag("NAME.KEY=VALUE option of a registry reward, e.g. clip_t.model_name=ViT-B-32 "
+                                 "(repeatable or comma-separated)", default_factory=dict,
+                                 parse=flags.name_options, format=flags.format_name_options)
+    otca_objective_weights: Optional[tuple[float, ...]] = flag("s_k per objective, comma-separated (default: all 1)",
+                                                               None)
+    otca_w_min: float = flag("smallest TCD step weight, in [0, 1]", 0.5)
+    otca_eps: float = flag("TCD / exploration smoothing", 1e-6)
+    otca_adv_eps: float = flag("added to the group std (DanceGRPO's 1e-8)", 1e-8)
+    otca_std_correction: int = flag("Bessel correction of every std", 1)
+    otca_explore: float = flag("MOCA exploration bias beta (>= 0)", 1.0)
+    otca_std_scope: str = flag("std that normalises rewards: 'group' (the spec) or 'batch' (FlowGRPO's "
                                 "global_std)", "group", choices=("group", "batch"))
-    otca_log_dir: str = _flag("where run_log.jsonl is written", "otca_logs")
-    otca_reward_device: str = _flag("device of the registry reward models (default: the trainer's)", "")
-    otca_video_frames: int = _flag("video targets: frames per video (evenly spaced) that image objectives of the "
-                                   "registry score; a video's score is their mean", 4)
-    otca_sync_grads: bool = _flag("DanceGRPO Wan2.1 only: average gradients over ranks before clipping (upstream "
+    otca_weight_scope: str = flag("TCD step weights from each sample's step shares ('sample', the spec) or the "
+                                   "batch's mean shares ('batch': a timestep-schedule control)", "sample",
+                                   choices=("sample", "batch"))
+    otca_explore_center: bool = flag("MOCA exploration strength from |q - mean_g(q)| instead of |q|", False)
+    otca_fusion: str = flag("MOCA fusion: per sample ('sample', the spec) or one exact minimum-norm mixture per "
+                             "group ('group', the MGDA reading)", "sample", choices=("sample", "group"))
+    otca_final_state: str = flag("DanceGRPO samplers: TCD's final state z_T is the last latent ('latent', the spec) "
+                                  "or the last step's predicted clean sample that upstream decodes and scores "
+                                  "('prediction')", "latent", choices=("latent", "prediction"),
+                                 target_only=True)
+    otca_log_dir: str = flag("where run_log.jsonl is written", "otca_logs")
+    otca_reward_device: str = flag("device of the registry reward models (default: the trainer's)", "")
+    otca_video_frames: int = flag("video targets: frames per video (evenly spaced) that image objectives of the "
+                                   "registry score; a video's score is their mean", 4, target_only=True)
+    otca_sync_grads: bool = flag("DanceGRPO Wan trainer (Wan2.1, Wan2.2): average gradients over ranks before clipping (upstream "
                                   "wraps the model in neither FSDP nor DDP, DanceGRPO issue #110); needs --otca or "
-                                  "--otca_observe", False)
+                                  "--otca_observe", False, target_only=True)
+    otca_wan22: bool = flag("DanceGRPO Wan trainer: a Wan2.2-A14B checkpoint (two experts, transformer and "
+                            "transformer_2, switched at boundary_ratio); detected from model_index.json too", False,
+                            target_only=True)
+    otca_wan22_train: str = flag("Wan2.2: which experts train ('both', 'transformer' = high-noise, "
+                                 "'transformer_2' = low-noise); the other still serves its steps", "both",
+                                 choices=("both", "transformer", "transformer_2"), target_only=True)
 
     def __post_init__(self) -> None:
         self.otca_rewards = tuple(self.otca_rewards)
@@ -66,6 +79,8 @@ class OtcaConfig:
             raise ValueError("--otca and --otca_observe exclude each other: observe trains vanilla")
         if self.otca_sync_grads and not self.active:
             raise ValueError("--otca_sync_grads needs --otca or --otca_observe (the fix is installed by the layer)")
+        if (self.otca_wan22 or self.otca_wan22_train != "both") and not self.active:
+            raise ValueError("--otca_wan22 / --otca_wan22_train need --otca or --otca_observe (the layer loads the experts)")
         if self.otca_video_frames < 1:
             raise ValueError(f"--otca_video_frames: need at least 1 frame, got {self.otca_video_frames}")
         self.credit_config()  # validates every credit option, naming it
@@ -80,7 +95,8 @@ class OtcaConfig:
             return CreditConfig(mode=self.otca_mode, w_min=self.otca_w_min, eps=self.otca_eps,
                                 adv_eps=self.otca_adv_eps, std_correction=self.otca_std_correction,
                                 explore=self.otca_explore, objective_weights=self.otca_objective_weights,
-                                std_scope=self.otca_std_scope)
+                                std_scope=self.otca_std_scope, weight_scope=self.otca_weight_scope,
+                                explore_center=self.otca_explore_center, fusion=self.otca_fusion)
         except ValueError as exc:
             raise ValueError(f"--otca_{exc}") from None
 
@@ -93,93 +109,13 @@ class OtcaConfig:
 
     def to_argv(self) -> list[str]:
         """Flags that ``parse_otca_args`` turns back into this config (only non-defaults)."""
-        argv = []
-        default = OtcaConfig()
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if value == getattr(default, f.name):
-                continue
-            if isinstance(value, bool):
-                argv.append(f"--{f.name}")
-            elif f.name == "otca_reward_opt":
-                argv += [f"--{f.name}", ",".join(f"{name}.{k}={v}" for name, opts in value.items()
-                                                 for k, v in opts.items())]
-            elif isinstance(value, dict):
-                argv += [f"--{f.name}", ",".join(f"{k}={v}" for k, v in value.items())]
-            elif isinstance(value, tuple):
-                argv += [f"--{f.name}", ",".join(str(v) for v in value)]
-            else:
-                argv += [f"--{f.name}", str(value)]
-        return argv
-
-
-def _csv(text: str) -> tuple:
-    return tuple(part.strip() for part in text.split(",") if part.strip())
-
-
-def _floats(text: str) -> tuple:
-    try:
-        return tuple(float(part) for part in _csv(text))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
-
-
-def _checkpoints(text: str) -> dict:
-    pairs = {}
-    for item in _csv(text):
-        name, sep, path = item.partition("=")
-        if not sep or not name or not path:
-            raise argparse.ArgumentTypeError(f"expected NAME=PATH, got {item!r}")
-        pairs[name.strip()] = path.strip()
-    return pairs
-
-
-def _option_value(text: str):
-    """Numbers and booleans as such; anything else stays a string (paths, model names)."""
-    lowered = text.lower()
-    if lowered in ("true", "false"):
-        return lowered == "true"
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            pass
-    return text
-
-
-def _reward_options(text: str) -> dict:
-    options: dict = {}
-    for item in _csv(text):
-        key, sep, value = item.partition("=")
-        name, dot, option = key.partition(".")
-        if not sep or not dot or not name or not option:
-            raise argparse.ArgumentTypeError(f"expected NAME.KEY=VALUE, got {item!r}")
-        options.setdefault(name.strip(), {})[option.strip()] = _option_value(value.strip())
-    return options
-
-
-_TYPES = {"otca_rewards": _csv, "otca_objective_weights": _floats, "otca_reward_ckpt": _checkpoints}
+        return flags.to_argv(self)
 
 
 def build_parser() -> argparse.ArgumentParser:
     """An argparse parser generated from ``OtcaConfig``'s fields (one flag per field)."""
     parser = argparse.ArgumentParser(prog="otca-patch flags", add_help=False, allow_abbrev=False)
-    for f in fields(OtcaConfig):
-        options = dict(f.metadata.get("argparse", {}))
-        flag = f"--{f.name}"
-        if f.type in ("bool", bool):
-            parser.add_argument(flag, action="store_true", help=f.metadata["help"])
-        elif f.name in ("otca_reward_ckpt", "otca_reward_opt"):
-            kind = _checkpoints if f.name == "otca_reward_ckpt" else _reward_options
-            parser.add_argument(flag, type=kind, action="append", help=f.metadata["help"])
-        else:
-            kind = _TYPES.get(f.name) or {"float": float, "int": int}.get(str(f.type), str)
-            parser.add_argument(flag, type=kind, help=f.metadata["help"], **options)
-    return parser
-
-
-#: flags that take no value
-_SWITCHES = {f"--{f.name}" for f in fields(OtcaConfig) if f.type in ("bool", bool)}
+    return flags.add_flags(parser, OtcaConfig)
 
 
 def parse_otca_args(argv: Sequence[str]) -> tuple[OtcaConfig, list[str]]:
@@ -188,21 +124,21 @@ def parse_otca_args(argv: Sequence[str]) -> tuple[OtcaConfig, list[str]]:
     An unknown ``--otca*`` flag is an error that lists the valid ones (it must never reach, and
     confuse, upstream's own parser).
     """
-    known = {f"--{f.name}" for f in fields(OtcaConfig)}
+    known, switches = flags.flag_names(OtcaConfig), flags.switches(OtcaConfig)
     ours, rest = [], []
     tokens = list(argv)
     position = 0
     while position < len(tokens):
         token = tokens[position]
-        flag = token.split("=", 1)[0]
-        if flag.startswith(FLAG_PREFIX):
-            if flag not in known:
-                raise ValueError(f"unknown flag {flag}; otca-patch flags are: {', '.join(sorted(known))}")
+        name = token.split("=", 1)[0]
+        if name.startswith(FLAG_PREFIX):
+            if name not in known:
+                raise ValueError(f"unknown flag {name}; otca-patch flags are: {', '.join(sorted(known))}")
             ours.append(token)
-            takes_value = flag not in _SWITCHES and "=" not in token
+            takes_value = name not in switches and "=" not in token
             if takes_value:
                 if position + 1 >= len(tokens):
-                    raise ValueError(f"flag {flag} needs a value")
+                    raise ValueError(f"flag {name} needs a value")
                 ours.append(tokens[position + 1])
                 position += 1
         else:
@@ -213,16 +149,7 @@ def parse_otca_args(argv: Sequence[str]) -> tuple[OtcaConfig, list[str]]:
         namespace = parser.parse_args(ours)
     except SystemExit:
         raise ValueError(f"invalid otca-patch flags: {shlex.join(ours)}") from None
-    values = {k: v for k, v in vars(namespace).items() if v is not None and v is not False}
-    if "otca_reward_ckpt" in values:
-        values["otca_reward_ckpt"] = {k: v for part in values["otca_reward_ckpt"] for k, v in part.items()}
-    if "otca_reward_opt" in values:
-        merged: dict = {}
-        for part in values["otca_reward_opt"]:
-            for name, options in part.items():
-                merged.setdefault(name, {}).update(options)
-        values["otca_reward_opt"] = merged
-    return OtcaConfig(**values), rest
+    return flags.from_namespace(OtcaConfig, namespace), rest
 
 
 def config_from_environment(argv: Sequence[str] = ()) -> tuple[OtcaConfig, list[str]]:

@@ -135,6 +135,59 @@ def proxy_metrics(delta_s: torch.Tensor, delta_r: torch.Tensor) -> dict:
     return result
 
 
+#: The short names of ``proxy.json`` rows, per metric.
+ROW_KEYS = {"pearson": "pearson", "spearman": "spearman", "pairwise_agreement": "pairwise",
+            "recall_at_3": "recall3", "recall_at_5": "recall5", "argmax_distance": "argmax_distance"}
+
+
+def residual_pearson(delta_s: torch.Tensor, delta_r: torch.Tensor) -> float:
+    """Pearson correlation of ``dS`` and ``dR`` over every (trajectory, step) pair after subtracting
+    each step's mean over trajectories: how much of the per-trajectory variation ``dS`` explains,
+    beyond a fixed per-step profile. ``[N, T] x [N, T] -> float`` (NaN if either residual is 0)."""
+    a, b = _check_pair(delta_s, delta_r)
+    a, b = (a - a.mean(dim=0, keepdim=True)).flatten(), (b - b.mean(dim=0, keepdim=True)).flatten()
+    value = _pearson(a.unsqueeze(0), b.unsqueeze(0))[0]
+    return float(value)
+
+
+def control_proxies(delta_s: torch.Tensor, sigmas=None) -> dict:
+    """Trajectory-blind stand-ins for ``dS [N, T]``, each ``[N, T]``: ``mean_dS_profile`` (the mean ``dS``
+    of each step over the set) and, given ``sigmas [T+1]`` in sampling order, ``sigma_decrement``
+    (``sigma_{t-1} - sigma_t``, the schedule's own step size). A proxy informs only where it beats them."""
+    a = delta_s.to(_WORK)
+    controls = {"mean_dS_profile": a.mean(dim=0, keepdim=True).expand_as(a)}
+    if sigmas is not None:
+        sigmas = torch.as_tensor(sigmas, dtype=_WORK).flatten()
+        if sigmas.shape[0] != a.shape[1] + 1:
+            raise ValueError(f"sigmas: expected T+1 = {a.shape[1] + 1} values, got {sigmas.shape[0]}")
+        controls["sigma_decrement"] = (sigmas[:-1] - sigmas[1:]).unsqueeze(0).expand_as(a)
+    return controls
+
+
+def proxy_rows(delta_s: torch.Tensor, delta_r_by_definition: dict, sigmas=None) -> list:
+    """``proxy.json`` rows: for every definition of ``dR`` (``{name: [N, T]}``), one row for ``dS`` and
+    one per control of ``control_proxies``, each with the Table-5 metrics under their short names."""
+    proxies = {"dS": delta_s} | control_proxies(delta_s, sigmas)
+    rows = []
+    for definition, delta_r in delta_r_by_definition.items():
+        for proxy, values in proxies.items():
+            metrics = proxy_metrics(values, delta_r)
+            rows.append({"proxy": proxy, "definition": definition}
+                        | {short: metrics[name] for name, short in ROW_KEYS.items()}
+                        | {"trajectories": metrics["trajectories"], "steps": metrics["steps"]})
+    return rows
+
+
+def format_rows(rows: list, paper: dict = PAPER_TABLE5) -> str:
+    """A markdown table of ``proxy_rows`` with the paper's Table 5 as the first line."""
+    names = list(ROW_KEYS.values())
+    lines = ["| proxy | dR definition | " + " | ".join(names) + " |", "|---|---|" + "---:|" * len(names),
+             "| dS (paper, FLUX, Table 5) | paper | " + " | ".join(f"{paper[n]:.3f}" for n in ROW_KEYS) + " |"]
+    for row in rows:
+        lines.append(f"| {row['proxy']} | {row['definition']} | " + " | ".join(_fmt(row[n]) for n in names) + " |")
+    return "\n".join(lines)
+
+
 def format_against_paper(rows: dict, paper: dict = PAPER_TABLE5) -> str:
     """A markdown table: one column per row of ``rows`` (``{label: proxy_metrics(...)}``) beside the paper."""
     labels = list(rows)

@@ -1,6 +1,7 @@
 """The run log: one JSON line per training step and rank (``run_log.jsonl``)."""
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
@@ -25,8 +26,13 @@ def to_jsonable(value):
 
 
 class RunLog:
-    """Appends records to ``<directory>/run_log.jsonl``; each record is one ``write`` of one line,
-    with O_APPEND, so ranks sharing the file never interleave inside a line."""
+    """Appends records to ``<directory>/run_log.jsonl``: whole records or none.
+
+    Each record is one line written with O_APPEND (ranks sharing the file never interleave inside a
+    line in practice). A short write is continued until the line is complete; a write that fails
+    (full disk, quota) truncates the file back to where the record began, so readers never meet a
+    half record, and raises ``OSError`` naming the log.
+    """
 
     def __init__(self, directory: str):
         self.directory = directory
@@ -37,23 +43,32 @@ class RunLog:
         line = (json.dumps(to_jsonable(record), allow_nan=False) + "\n").encode()
         descriptor = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
-            os.write(descriptor, line)
+            start = os.fstat(descriptor).st_size
+            written = 0
+            try:
+                while written < len(line):
+                    count = os.write(descriptor, line[written:])
+                    if count <= 0:
+                        raise OSError(errno.EIO, "the write made no progress")
+                    written += count
+            except OSError as exc:
+                removed = self._truncate_back(descriptor, start, written)
+                raise OSError(exc.errno, f"run log {self.path}: could not write a whole record "
+                                         f"({exc.strerror or exc}); "
+                              + ("the partial record was removed" if removed else
+                                 "another process appended since, so the partial line stays (readers skip it)")) from exc
         finally:
             os.close(descriptor)
 
-
-def read_run_log(path: str) -> list[dict]:
-    """Records of a run log; a truncated last line (a run killed mid-write) is skipped."""
-    records = []
-    with open(path) as handle:
-        lines = handle.read().split("\n")
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
+    @staticmethod
+    def _truncate_back(descriptor: int, start: int, written: int) -> bool:
+        """Remove this record's ``written`` bytes if nothing was appended after them."""
+        if not written:
+            return True
         try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError as exc:
-            if number >= len(lines) - 1:  # only the last line may be cut short
-                continue
-            raise ValueError(f"{path}:{number}: not a JSON record ({exc})") from None
-    return records
+            if os.fstat(descriptor).st_size != start + written:
+                return False
+            os.ftruncate(descriptor, start)
+            return True
+        except OSError:
+            return False

@@ -7,4 +7,4 @@
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 . "$here/scripts/_python.sh"
-exec "$python" -m otca_patch.hooks.rebase "$@"
+exec "$python" -m otca_patch.tools.rebase "$@"

@@ -48,11 +48,13 @@ SPEC = textwrap.dedent('''\
     anchor = "return rewards"
     action = "replace"
     code = "return __otca__.log(step, rewards)"
+    reads = ["step", "rewards"]
 ''')
 
 # observe logs and leaves the rewards alone; --otca "trains better": doubles the first objective
 RUNTIME = textwrap.dedent('''\
     from otca_patch.runlog import RunLog
+    from otca_patch.targets.descriptor import Target
 
     class Runtime:
         def __init__(self, config):
@@ -68,8 +70,8 @@ RUNTIME = textwrap.dedent('''\
                                  "mixture": [[0.5, 0.5]] * 2})
             return rewards
 
-    def install(config, spec, namespace):
-        return Runtime(config)
+    # what the trainer writes into its working directory: each A/B side gets its own
+    TARGET = Target("synthetic-trainer", Runtime, outputs=("images", "reward.txt"))
 ''')
 
 LAUNCH = textwrap.dedent('''\

@@ -31,3 +31,14 @@ def test_credit_example_prints_the_engines_numbers(capsys):
     assert first[:8] == pytest.approx(credit.step_weights[0].tolist(), abs=0.006)
     assert first[8:11] == pytest.approx(credit.mixture[0].tolist(), abs=0.006)
     assert first[11] == pytest.approx(credit.combined[0].item(), abs=0.0006)
+
+
+def test_credit_example_takes_the_options(capsys):
+    assert main(["credit", "--fusion", "group", "--weight_scope", "batch", "--explore_center"]) == 0
+    rows = [line.split()[1:] for line in capsys.readouterr().out.splitlines()
+            if line.strip()[:1].isdigit() and len(line.split()) == 13]
+    assert len(rows) == 8
+    assert len({tuple(row[:8]) for row in rows}) == 1  # the batch's step schedule for every sample
+    for group in (rows[:4], rows[4:]):  # one mixture per group, combined zero-mean in the group
+        assert len({tuple(row[8:11]) for row in group}) == 1
+        assert sum(float(row[11]) for row in group) == pytest.approx(0, abs=0.003)

@@ -90,18 +90,19 @@ def test_truncated_last_line_is_skipped_with_a_warning(tmp_path, capsys):
     log.write_text(log.read_text() + '{"step": 11, "rank": 0, "objectives": ["upst')  # killed mid-write
     report = compare([tmp_path / "a", tmp_path / "b"], tmp_path / "out", window=1).read_text()
     assert "| b | 19.0000 | 38.0000 | +18.000 |" in report  # step 10 is still its last step
-    assert f"{log}:{STEPS + 1}: last line is not complete JSON" in report
-    assert "last line is not complete JSON" in capsys.readouterr().err
+    assert f"{log}:{STEPS + 1}: not a JSON record" in report and "cut short" in report
+    assert f"{log}:{STEPS + 1}: not a JSON record" in capsys.readouterr().err
 
 
-def test_a_bad_middle_line_names_file_and_line(tmp_path):
+def test_a_bad_middle_line_is_skipped_with_a_warning_naming_file_and_line(tmp_path):
     write_run(tmp_path / "a", base)
     log = tmp_path / "a" / "run_log.jsonl"
     lines = log.read_text().splitlines()
     lines[3] = lines[3][:40]
     log.write_text("\n".join(lines) + "\n")
-    with pytest.raises(LogError, match=rf"{log}:4: not a JSON record"):
-        load_run(tmp_path / "a")
+    run = load_run(tmp_path / "a")
+    assert [w for w in run.warnings if f"{log}:4: not a JSON record" in w]
+    assert run.steps.tolist() == [1, 2, 3, 5, 6, 7, 8, 9, 10]
 
 
 def test_mismatched_objectives_name_both_lists_and_nothing_is_written(tmp_path):
@@ -163,10 +164,13 @@ def test_upstream_reward_txt_compares_with_a_logged_run(tmp_path):
     assert "(upstream reward.txt only)" in report
 
 
-def test_a_non_numeric_middle_line_of_reward_txt_names_the_line(tmp_path):
+def test_a_non_numeric_middle_line_of_reward_txt_is_skipped_naming_the_line(tmp_path):
     (tmp_path / "plain").mkdir()
     (tmp_path / "plain" / "reward.txt").write_text("0.1\nnan?\n0.3\n")
-    with pytest.raises(LogError, match=r"reward.txt:2: 'nan\?' is not a reward"):
+    run = load_run(tmp_path / "plain")
+    assert run.steps.tolist() == [1, 3] and any("reward.txt:2: 'nan?' is not a reward" in w for w in run.warnings)
+    (tmp_path / "plain" / "reward.txt").write_text("oops\n")
+    with pytest.raises(LogError, match=r"reward.txt: no finite rewards \(.*reward.txt:1: 'oops'"):
         load_run(tmp_path / "plain")
 
 
@@ -177,3 +181,113 @@ def test_labels_must_match_the_runs(tmp_path):
         compare([tmp_path / "a", tmp_path / "b", tmp_path / "b"], tmp_path / "out", labels=["x", "y"])
     report = compare([tmp_path / "a", tmp_path / "b"], tmp_path / "out", labels=["vanilla", "OTCA run"]).read_text()
     assert "| OTCA run |" in report and (tmp_path / "out" / "step_weights_OTCA_run.png").is_file()
+
+
+# ---- every malformed record is a clear error or warning naming file:line
+
+
+def one_record(**fields):
+    record = {"step": 1, "rank": 0, "world_size": 1, "mode": "otca", "objectives": ["upstream", "clip_t"],
+              "rewards": [[1.0, 2.0], [3.0, 4.0]], "step_weights": [[1.0, 1.0], [1.0, 1.0]],
+              "mixture": [[0.5, 0.5], [0.5, 0.5]]}
+    record.update(fields)
+    return record
+
+
+def write_records(folder, *records):
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "run_log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    return folder / "run_log.jsonl"
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"rewards": [[1.0, 2.0], [3.0]]}, r"'rewards' is ragged: its rows have \[1, 2\] entries"),
+    ({"rewards": [[1.0, "high"], [3.0, 4.0]]}, r"'rewards' holds 'high', which is not a number"),
+    ({"rewards": "1,2"}, r"'rewards' must be a list of rows"),
+    ({"step": "1"}, r"'step' must be an integer, got '1'"),
+    ({"step": None}, r"'step' must be an integer, got None"),
+    ({"world_size": "two"}, r"'world_size' must be an integer, got 'two'"),
+    ({"objectives": "upstream"}, r"'objectives' must be a non-empty list of names"),
+])
+def test_each_malformed_record_is_an_error_naming_file_and_line(tmp_path, fields, message):
+    good = one_record()
+    log = write_records(tmp_path / "a", good, one_record(**{"step": 2, **fields}))
+    with pytest.raises(LogError, match=rf"{log}:2: {message}"):
+        load_run(tmp_path / "a")
+
+
+def test_the_compare_command_shows_no_traceback_for_a_malformed_log(tmp_path):
+    write_records(tmp_path / "a", one_record(), one_record(step=2))
+    write_records(tmp_path / "b", one_record(), one_record(step=2, rewards=[[1.0, 2.0], [3.0]]))
+    done = subprocess.run([sys.executable, "-m", "otca_patch.cli", "compare", str(tmp_path / "a"), str(tmp_path / "b"),
+                           "--out", str(tmp_path / "out")], capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0 and "Traceback" not in done.stderr
+    assert f"{tmp_path / 'b' / 'run_log.jsonl'}:2: 'rewards' is ragged" in done.stderr
+
+
+def test_step_weights_whose_width_changes_are_left_out_with_a_warning(tmp_path):
+    log = write_records(tmp_path / "a", one_record(), one_record(step=2, step_weights=[[1.0, 1.0, 1.0]] * 2))
+    run = load_run(tmp_path / "a")
+    assert run.step_weights is None and run.reward_mean.shape == (2, 2)
+    assert any(f"{log}: step_weights has 2 columns from step 1 and 3 columns from step 2" in w for w in run.warnings)
+    bad_mixture = write_records(tmp_path / "b", one_record(mixture=[[1.0], [1.0]]))
+    run = load_run(tmp_path / "b")
+    assert run.mixture is None and any(f"{bad_mixture}:1: 'mixture' has 1 columns per sample, expected 2" in w
+                                       for w in run.warnings)
+
+
+def test_non_finite_rewards_are_named_and_left_out_of_means_and_steps_to_reach(tmp_path):
+    from otca_patch.analysis.metrics import reach_table, score_runs, standardiser_from
+
+    log = tmp_path / "a" / "run_log.jsonl"
+    log.parent.mkdir()
+    lines = [json.dumps(one_record(step=s, rewards=[[s, s], [s + 2.0, s + 2.0]])) for s in (1, 2)]
+    lines.append(json.dumps(one_record(step=3, rewards=[[1.0, 2.0], [3.0, 4.0]])).replace("[[1.0, 2.0]", "[[NaN, 2.0]"))
+    lines.append(json.dumps(one_record(step=4, rewards=[[None, None], [None, None]])))
+    log.write_text("\n".join(lines) + "\n")
+    run = load_run(tmp_path / "a")
+    assert any(f"{log}:3: 1 non-finite reward(s) (NaN, inf or null) of upstream (1)" in w for w in run.warnings)
+    assert any("step 4 has no finite reward" in w for w in run.warnings)
+    assert run.steps.tolist() == [1, 2, 3]
+    assert run.reward_mean[2].tolist() == [3.0, 3.0]  # the NaN sample is left out, not averaged as 0
+    txt = tmp_path / "b" / "reward.txt"
+    txt.parent.mkdir()
+    txt.write_text("0.1\n0.2\nnan\ninf\n0.3\n")
+    other = load_run(tmp_path / "b")
+    assert other.steps.tolist() == [1, 2, 5] and np.isfinite(other.reward_mean).all()
+    assert any(f"{txt}:3: reward nan is not finite" in w for w in other.warnings)
+    assert any(f"{txt}:4: reward inf is not finite" in w for w in other.warnings)
+    scores = score_runs([other, other], 1, standardiser_from(other))
+    assert np.isfinite(scores[0].final)
+    assert all(v is not None for v in reach_table(scores).values())
+
+
+# ---- the run log writes whole records or none
+
+
+def test_a_short_write_is_completed_and_a_failed_write_leaves_a_readable_log(tmp_path, monkeypatch):
+    import errno
+    import os
+
+    from otca_patch import runlog
+
+    log = RunLog(str(tmp_path / "a"))
+    log.write(one_record(step=1))
+    real_write = os.write
+    monkeypatch.setattr(runlog.os, "write", lambda fd, data: real_write(fd, data[:7]))  # short writes
+    log.write(one_record(step=2))
+    calls = []
+
+    def full_disk(fd, data):
+        calls.append(len(data))
+        if len(calls) == 1:
+            return real_write(fd, data[:20])  # part of the record lands, then the disk is full
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(runlog.os, "write", full_disk)
+    with pytest.raises(OSError, match=r"could not write a whole record .*the partial record was removed"):
+        log.write(one_record(step=3))
+    monkeypatch.setattr(runlog.os, "write", real_write)
+    log.write(one_record(step=4))
+    run = load_run(tmp_path / "a")
+    assert run.steps.tolist() == [1, 2, 4] and not run.warnings

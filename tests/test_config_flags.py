@@ -12,7 +12,7 @@ def test_flags_are_split_from_upstream_arguments_in_order():
     assert rest == ["--seed", "42", "--h", "720"]
     assert config.otca and config.otca_rewards == ("upstream", "clip_t") and config.otca_w_min == 0.25
     assert config.otca_reward_ckpt == {"clip_t": "/ckpt/clip.safetensors"}
-    assert config.otca_reward_opt == {"clip_t": {"model_name": "ViT-B-32", "quick_gelu": False}}
+    assert config.otca_reward_opt == {"clip_t": {"model_name": "ViT-B-32", "quick_gelu": "false"}}  # text until the adapter converts it
 
 
 def test_defaults_are_the_credit_engines():

@@ -5,13 +5,15 @@ import json
 import pytest
 import torch
 
+import otca_patch.credit
 from otca_patch.credit import compute_credit as real_compute_credit
 from otca_patch.demo import cli, grpo
 from otca_patch.demo.config import tiny_config
 from otca_patch.demo.experiment import run_experiment
-from otca_patch.demo.objectives import OBJECTIVES
+from otca_patch.demo.pixel_rewards import OBJECTIVES
 from otca_patch.demo.pretrain import base_model_path, load_or_train_base_model
 from otca_patch.demo.report import REPORT_FILES
+from otca_patch.demo.variants import VARIANTS
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -33,7 +35,7 @@ def base(tmp_path_factory):
 
 def test_rollout_shapes_groups_and_shared_initial_noise(base):
     config, model, _ = base
-    batch = grpo.collect_batch(model, config, iteration=0)
+    batch = grpo.collect_batch(model, config, seed=0, iteration=0)
     b, t = config.batch_size, config.sampling_steps
     n_tokens, channels = model.token_shape
     assert batch.rollout.latents.shape == (b, t + 1, n_tokens, channels)
@@ -44,7 +46,7 @@ def test_rollout_shapes_groups_and_shared_initial_noise(base):
     assert torch.equal(batch.prompt_ids[0], batch.prompt_ids[1])
     assert torch.equal(batch.rollout.latents[0, 0], batch.rollout.latents[1, 0])  # init_same_noise
     assert not torch.equal(batch.rollout.latents[0, -1], batch.rollout.latents[1, -1])  # SDE noise differs
-    again = grpo.collect_batch(model, config, iteration=0)
+    again = grpo.collect_batch(model, config, seed=0, iteration=0)
     assert torch.equal(again.rollout.latents, batch.rollout.latents)  # same iteration, same draws
 
 
@@ -54,11 +56,11 @@ def test_update_loss_with_ratio_one_is_minus_mean_clipped_advantage(base):
     config, model, _ = base
     config = tiny_config(out=config.out, sampling_steps=6, timestep_fraction=0.6, micro_batch=2, grad_accum=2,
                          adv_clip_max=1.5)
-    batch = grpo.collect_batch(model, config, iteration=0)
+    batch = grpo.collect_batch(model, config, seed=0, iteration=0)
     advantages = torch.tensor([[3.0], [-1.0], [0.5], [-2.0]]).expand(-1, config.sampling_steps)
     trainee = _copy(model)
     optimizer = torch.optim.SGD([p for p in trainee.parameters() if p.requires_grad], lr=0.0)
-    stats = grpo.policy_update(trainee, optimizer, batch, advantages, config, iteration=0)
+    stats = grpo.policy_update(trainee, optimizer, batch, advantages, config, seed=0, iteration=0)
     expected = -advantages.clamp(-1.5, 1.5)[:, 0].mean().item()  # constant over steps
     assert stats["loss"] == pytest.approx(expected, abs=1e-4)
     assert stats["clip_fraction"] == 0.0
@@ -76,20 +78,35 @@ def test_every_mode_takes_its_advantages_from_compute_credit(base, monkeypatch):
 
     real_update = grpo.policy_update
 
-    def spy_update(model_, optimizer, batch, advantages, config_, iteration):
+    def spy_update(model_, optimizer, batch, advantages, config_, seed, iteration):
         used.append(advantages)
-        return real_update(model_, optimizer, batch, advantages, config_, iteration)
+        return real_update(model_, optimizer, batch, advantages, config_, seed, iteration)
 
-    monkeypatch.setattr(grpo, "compute_credit", spy_credit)
+    monkeypatch.setattr(otca_patch.credit, "compute_credit", spy_credit)
     monkeypatch.setattr(grpo, "policy_update", spy_update)
     from otca_patch.demo.evaluation import make_eval_set
 
     config = tiny_config(out=config.out, grpo_steps=1)
     eval_set = make_eval_set(config, model.token_shape)
     for mode in ("sum", "gdpo", "otca"):
-        grpo.train_mode(model, config, mode, eval_set, [0.0] * len(OBJECTIVES))
+        grpo.train_mode(model, config, VARIANTS[mode], 0, eval_set, [0.0] * len(OBJECTIVES))
     assert seen_modes == ["sum", "gdpo", "otca"]
     assert all(a is b for a, b in zip(produced, used))
+
+
+def test_the_rms_control_has_multi_grpo_direction_and_moca_scale(base):
+    config, model, _ = base
+    config = tiny_config(out=config.out, prompts_per_step=2, group_size=4, micro_batch=8)
+    batch = grpo.collect_batch(model, config, seed=0, iteration=0)
+    _, scaled = grpo.assign_credit(batch, VARIANTS["multi_grpo_moca_rms"])
+    _, plain = grpo.assign_credit(batch, VARIANTS["multi_grpo"])
+    moca = real_compute_credit(batch.rewards, batch.rollout.latents, batch.group_ids,
+                               otca_patch.credit.CreditConfig(mode="moca"))
+    rms = lambda x: x.pow(2).mean().sqrt()  # noqa: E731
+    assert rms(scaled).item() == pytest.approx(rms(moca.advantages).item(), rel=1e-5)
+    nonzero = plain.abs() > 1e-6
+    ratio = scaled[nonzero] / plain[nonzero]
+    assert nonzero.any() and torch.allclose(ratio, ratio[0].expand_as(ratio), rtol=1e-4)
 
 
 def test_training_leaves_the_base_model_untouched(base):
@@ -98,22 +115,63 @@ def test_training_leaves_the_base_model_untouched(base):
     from otca_patch.demo.evaluation import make_eval_set
 
     config = tiny_config(out=config.out, grpo_steps=1)
-    trained, _ = grpo.train_mode(model, config, "otca", make_eval_set(config, model.token_shape), [0.0] * 3)
+    trained, history = grpo.train_mode(model, config, VARIANTS["otca"], 0, make_eval_set(config, model.token_shape),
+                                       [0.0] * 3)
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
     assert any(not torch.equal(before[k], v) for k, v in trained.state_dict().items())
+    assert history.drift[0] == 0.0 and history.drift[-1] > 0  # it moved away from the base model
 
 
 def test_two_runs_with_the_same_seed_give_identical_numbers(base):
     config, _, _ = base
-    first = run_experiment(tiny_config(out=config.out, grpo_steps=1), log=lambda msg: None)
-    second = run_experiment(tiny_config(out=config.out, grpo_steps=1), log=lambda msg: None)
-    for mode in ("sum", "otca"):
-        assert first["modes"][mode]["history"] == second["modes"][mode]["history"]
-        assert first["modes"][mode]["final_balanced"] == second["modes"][mode]["final_balanced"]
-    other = run_experiment(tiny_config(out=config.out, seed=1, grpo_steps=1), log=lambda msg: None)
-    assert other["modes"]["sum"]["history"]["train_rewards"] != first["modes"]["sum"]["history"]["train_rewards"]
+    first = run_experiment(tiny_config(out=config.out, grpo_steps=1, modes="sum,otca"), log=lambda msg: None)
+    second = run_experiment(tiny_config(out=config.out, grpo_steps=1, modes="sum,otca"), log=lambda msg: None)
+    assert [r["history"] for r in first["runs"]] == [r["history"] for r in second["runs"]]
+    other = run_experiment(tiny_config(out=config.out, seeds="1", grpo_steps=1, modes="sum,otca"), log=lambda msg: None)
+    assert other["runs"][0]["history"]["train_rewards"] != first["runs"][0]["history"]["train_rewards"]
     # both modes saw the same first rollout (same base model, same prompts and noise)
-    assert first["modes"]["sum"]["history"]["train_rewards"][0] == first["modes"]["otca"]["history"]["train_rewards"][0]
+    assert first["runs"][0]["history"]["train_rewards"][0] == first["runs"][1]["history"]["train_rewards"][0]
+
+
+def test_runs_are_paired_by_seed_and_summarised_with_intervals(base):
+    config, _, _ = base
+    result = run_experiment(tiny_config(out=config.out, grpo_steps=1, modes="multi_grpo,otca", seeds="0,1"),
+                            log=lambda msg: None)
+    assert [(r["mode"], r["seed"]) for r in result["runs"]] == [("multi_grpo", 0), ("otca", 0), ("multi_grpo", 1), ("otca", 1)]
+    by = {(r["mode"], r["seed"]): r for r in result["runs"]}
+    for k in OBJECTIVES:
+        closed = [(by["otca", s]["final"][k] - result["base"][k]) / (result["oracle"][k] - result["base"][k]) for s in (0, 1)]
+        assert by["otca", 0]["gap_closed"][k] == pytest.approx(closed[0], abs=1e-6)
+        differences = [by["otca", s]["gap_closed"][k] - by["multi_grpo", s]["gap_closed"][k] for s in (0, 1)]
+        stat = result["comparisons"]["otca"][k]
+        assert stat["values"] == pytest.approx(differences)
+        assert stat["low"] <= stat["mean"] <= stat["high"]
+    assert result["oracle"] == pytest.approx({k: 1.0 for k in OBJECTIVES}, abs=1e-5)
+    assert all(r["drift"] > 0 for r in result["runs"])
+    assert "otca" in result["verdicts"]
+
+
+def test_finished_runs_are_kept_and_reused_with_resume(base, tmp_path, monkeypatch):
+    config, _, _ = base
+    settings = dict(out=str(tmp_path), base_cache=config.out, grpo_steps=1, modes="multi_grpo,otca", resume=True)
+    first = run_experiment(tiny_config(**settings), log=lambda msg: None)
+    assert len(list((tmp_path / "finished_runs").iterdir())) == 2
+    import otca_patch.demo.experiment as experiment
+
+    real = experiment.run_jobs
+    asked = []
+
+    def counting(jobs, *args, **kwargs):
+        asked.append([(j.mode, j.seed) for j in jobs])
+        return real(jobs, *args, **kwargs)
+
+    monkeypatch.setattr(experiment, "run_jobs", counting)
+    again = run_experiment(tiny_config(**settings), log=lambda msg: None)
+    assert asked == [[]] and [r["history"] for r in again["runs"]] == [r["history"] for r in first["runs"]]
+    run_experiment(tiny_config(**{**settings, "modes": "multi_grpo,otca,moca"}), log=lambda msg: None)
+    assert asked[-1] == [("moca", 0)]  # only the new variant runs
+    run_experiment(tiny_config(**{**settings, "learning_rate": 1e-3}), log=lambda msg: None)
+    assert asked[-1] == [("multi_grpo", 0), ("otca", 0)]  # a changed training field reuses nothing
 
 
 def _tiny_flags(out):
@@ -121,9 +179,9 @@ def _tiny_flags(out):
 
     flags = ["--out", str(out)]
     for name, value in TINY_SIZES.items():
-        flag = "--" + name.replace("_", "-")
+        flag = "--" + name
         if isinstance(value, bool):
-            flags.append(flag if value else "--no-" + flag[2:])
+            flags.append(flag if value else "--no_" + name)
         else:
             flags += [flag, str(value)]
     return flags
@@ -135,18 +193,23 @@ def test_demo_command_writes_the_report_and_reuses_the_cached_base_model(tmp_pat
     for name in REPORT_FILES:
         assert (tmp_path / name).is_file() and (tmp_path / name).stat().st_size > 0, name
     metrics = json.loads((tmp_path / "metrics.json").read_text())
-    assert set(metrics["modes"]) == {"sum", "otca"} and metrics["base"]["model"]["cached"] is False
+    assert metrics["modes"] == ["multi_grpo", "otca"] and metrics["base_model"]["cached"] is False
+    assert metrics["objectives"] == list(OBJECTIVES)
+    assert set(metrics["base"]) == set(metrics["oracle"]) == set(OBJECTIVES)
+    for run in metrics["runs"]:
+        assert set(run["final"]) == set(OBJECTIVES) and run["drift"] >= 0 and run["mode"] in metrics["modes"]
     report = (tmp_path / "report.md").read_text()
-    assert "balanced score" in report and "Verdict" in report
+    assert "gap closed" in report and "Verdict" in report
     assert (tmp_path / "reward_curves.png").read_bytes()[:4] == b"\x89PNG"
     assert cli.main(_tiny_flags(tmp_path)) == 0
-    assert json.loads((tmp_path / "metrics.json").read_text())["base"]["model"]["cached"] is True
-    assert "balanced" in capsys.readouterr().out
+    assert json.loads((tmp_path / "metrics.json").read_text())["base_model"]["cached"] is True
+    assert "otca - multi_grpo" in capsys.readouterr().out.replace("`", "")
 
 
 @pytest.mark.parametrize("flags, message", [
     (["--modes", "sum,nope"], "unknown credit mode 'nope'"),
-    (["--grpo-steps", "-3"], "--grpo-steps: must be >= 1"),
+    (["--grpo_steps", "-3"], "--grpo_steps: must be >= 1"),
+    (["--seeds", "0,0"], "--seeds: a seed is named twice"),
     (["--eta", "abc"], "--eta"),
 ])
 def test_bad_flags_fail_clearly_and_touch_nothing(tmp_path, capsys, flags, message):
@@ -168,7 +231,7 @@ def test_a_failed_run_keeps_the_previous_report_and_the_cached_model(base, tmp_p
         raise ValueError("rewards: simulated failure")
 
     monkeypatch.setattr(experiment, "run_experiment", broken)
-    flags = _tiny_flags(out) + ["--base-cache", str(base_model_path(config).parent)]
+    flags = _tiny_flags(out) + ["--base_cache", str(base_model_path(config).parent)]
     assert cli.main(flags) == 1
     assert "simulated failure" in capsys.readouterr().err
     assert (out / "report.md").read_text() == "previous report"

@@ -15,6 +15,5 @@ def test_worker_processes_give_the_numbers_of_an_inline_run(tmp_path):
         spawned = run_experiment(tiny_config(out=str(tmp_path), grpo_steps=1, workers=2), log=lambda msg: None)
     finally:
         torch.set_num_threads(threads)
-    assert spawned["base"]["model"]["cached"] is True  # the workers read the file the first run cached
-    for mode in ("sum", "otca"):
-        assert spawned["modes"][mode]["history"] == inline["modes"][mode]["history"]
+    assert spawned["base_model"]["cached"] is True  # the workers read the file the first run cached
+    assert [r["history"] for r in spawned["runs"]] == [r["history"] for r in inline["runs"]]

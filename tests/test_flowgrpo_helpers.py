@@ -9,8 +9,8 @@ import torch
 
 from otca_patch.credit import similarity_to_final, step_progress
 from otca_patch.targets.flowgrpo_groups import group_ids_from_keys, prompt_keys
-from otca_patch.targets.flowgrpo_objectives import AVG_KEY, FlowObjectives, upstream_key
-from otca_patch.targets.flowgrpo_sd3 import trajectory_progress
+from otca_patch.objective_set import Objectives
+from otca_patch.targets.flowgrpo import AVG_KEY, trajectory_progress, upstream_rewards
 
 
 def test_prompt_keys_are_equal_across_processes_whatever_their_hash_seed():
@@ -40,16 +40,17 @@ def test_every_process_derives_the_same_groups_from_its_own_prompts():
 
 
 def test_objective_names_map_to_upstreams_reward_dictionary():
-    reward_fn = {"pickscore": 0.5, "ocr": 1.0}
-    assert upstream_key("upstream", reward_fn) == upstream_key("avg", reward_fn) == AVG_KEY
-    assert upstream_key("ocr", reward_fn) == upstream_key("upstream.ocr", reward_fn) == "ocr"
-    assert upstream_key("clip_t", reward_fn) is None  # a registry model
-    with pytest.raises(ValueError, match="upstream.aesthetic.*pickscore, ocr"):
-        upstream_key("upstream.aesthetic", reward_fn)
+    resolver = upstream_rewards({"pickscore": 0.5, "ocr": 1.0})
+    assert resolver.resolve("upstream") == {"upstream": AVG_KEY} and resolver.resolve("avg") == {"avg": AVG_KEY}
+    assert resolver.resolve("ocr") == {"ocr": "ocr"} and resolver.resolve("upstream.ocr") == {"upstream.ocr": "ocr"}
+    assert resolver.resolve("clip_t") is None  # a registry model
+    with pytest.raises(ValueError, match="upstream.aesthetic.*upstream.pickscore, upstream.ocr"):
+        resolver.resolve("upstream.aesthetic")
 
 
 def test_reward_matrix_reads_upstreams_columns_in_flag_order():
-    objectives = FlowObjectives(["ocr", "upstream", "pickscore"], {"pickscore": 0.5, "ocr": 1.0}, {}, {}, "cpu")
+    objectives = Objectives(["ocr", "upstream", "pickscore"], upstream_rewards({"pickscore": 0.5, "ocr": 1.0}),
+                            {}, {}, "cpu")
     rewards = {"pickscore": torch.tensor([1.0, 2.0]), "ocr": torch.tensor([0.1, 0.2]),
                AVG_KEY: torch.tensor([0.6, 1.2]), "avg": torch.tensor([[0.6] * 3, [1.2] * 3])}
     assert not objectives.needs_images

@@ -145,7 +145,7 @@ def test_wildcards():
 def test_spec_loading_validates(tmp_path: Path):
     good = tmp_path / "good.toml"
     good.write_text('[target]\nname="t"\nupstream="U"\nfile="a/b.py"\nruntime="m"\nverified_commit="c"\n'
-                    'verified_sha256="s"\n[[hooks]]\nname="h"\nfunction="f"\nanchor="x = 1"\naction="replace"\ncode="x = 2"\n')
+                    'verified_sha256="s"\n[[hooks]]\nname="h"\nfunction="f"\nanchor="x = 1"\naction="replace"\ncode="x = 2"\nreads=[]\n')
     spec = load_spec(good)
     assert spec.hooks[0].count == 1 and spec.matches_script("/somewhere/a/b.py") and not spec.matches_script("/b.py")
     bad = tmp_path / "bad.toml"
@@ -163,13 +163,89 @@ def test_spec_loading_validates(tmp_path: Path):
 
 
 def test_shipped_specs_load_and_name_existing_runtimes():
-    import importlib
-
     from otca_patch.hooks import load_specs
+    from otca_patch.targets.registry import target_of
 
     specs = load_specs()
     assert specs, "patches/ holds no spec"
     for spec in specs:
-        runtime = importlib.import_module(spec.runtime)
-        assert callable(runtime.install), spec.runtime
+        assert target_of(spec).name == spec.name, spec.runtime
         assert len(spec.verified_commit) == 40 and len(spec.verified_sha256) == 64
+
+
+# ---- what the inserted code relies on: names it reads, pins
+
+
+def test_a_hook_whose_read_name_is_renamed_upstream_is_refused():
+    hook = Hook("scale", "train", "return total", "replace", "return __otca__.scale(advantages)",
+                reads=("advantages",))
+    assert run(UPSTREAM, spec_with(hook), Runtime())["train"]([1.0, 2.0]) == [0.0, 2.0]
+    renamed = UPSTREAM.replace("advantages", "adv")
+    with pytest.raises(PatchError, match=r"reads 'advantages', which upstream no longer binds in function 'train'"):
+        compile_target(renamed, spec_with(hook), "/up/pkg/train.py")
+    status = check(renamed, spec_with(hook))[0]
+    assert not status.ok and "'advantages'" in status.problem
+
+
+def test_a_read_name_bound_only_at_module_level_does_not_count():
+    """A renamed local must not resolve to a global of the same name."""
+    hook = Hook("h", "train", "return total", "replace", "return math", reads=("math",))
+    with pytest.raises(PatchError, match="no longer binds"):
+        compile_target(UPSTREAM, spec_with(hook), "/up/pkg/train.py")
+
+
+def test_pins_must_hold_on_the_upstream_file():
+    hook = Hook("scale", "train", "return total", "replace", "return 0", reads=())
+    pin = Hook("step_index", "train", "advantages[step]", "pin", "", within="for step in range(...): ...")
+    spec = TargetSpec(**{**spec_with(hook).__dict__, "pins": (pin,)})
+    assert run(UPSTREAM, spec)["train"]([1.0, 2.0]) == 0
+    reordered = UPSTREAM.replace("advantages[step]", "advantages[1 - step]")
+    with pytest.raises(PatchError, match=r"pin 'step_index' .* function train, does not hold: anchor not found"):
+        compile_target(reordered, spec, "/up/pkg/train.py")
+    assert [s.ok for s in check(reordered, spec)] == [False, True]
+
+
+def test_spec_reads_must_match_the_code(tmp_path: Path):
+    base = ('[target]\nname="t"\nupstream="U"\nfile="a/b.py"\nruntime="m"\nverified_commit="c"\nverified_sha256="s"\n'
+            '[[hooks]]\nname="h"\nfunction="f"\nanchor="x = 1"\naction="replace"\ncode="x = g(y, len(z)) + __otca__.k"\n')
+    path = tmp_path / "s.toml"
+    path.write_text(base + 'reads=["y", "z", "g"]\n')
+    assert set(load_spec(path).hooks[0].reads) == {"g", "y", "z"}
+    path.write_text(base + 'reads=["y"]\n')
+    with pytest.raises(ValueError, match=r"code reads \['g', 'y', 'z'\], reads lists \['y'\]"):
+        load_spec(path)
+    path.write_text(base)
+    with pytest.raises(ValueError, match="`reads` must list"):
+        load_spec(path)
+    path.write_text(base + 'reads=["y", "z", "g"]\n[[pins]]\nname="p"\nfunction="f"\nanchor="y[:, i]"\ncode="x"\n')
+    with pytest.raises(ValueError, match=r"pins\[0\] \(p\): unknown keys \['code'\]"):
+        load_spec(path)
+
+
+def test_the_shipped_specs_state_reads_and_pin_the_trained_column():
+    from otca_patch.hooks import load_specs
+
+    for spec in load_specs():
+        assert spec.pins, f"{spec.path}: no pins"
+        assert any("log_probs" in pin.anchor for pin in spec.pins), spec.path
+
+
+def test_the_trained_step_invariant():
+    import torch
+
+    from otca_patch.invariants import TrainedStepCheck
+
+    check_ = TrainedStepCheck()
+    latents = torch.randn(2, 3, 4)  # [B, S-1, ...]
+    samples = {"latents": latents, "otca_advantages": torch.arange(6.0).reshape(2, 3)}
+    keys = check_.permuted_keys(samples, ["latents", "otca_advantages"])
+    sample = {k: samples[k][:1] for k in keys}
+    trained = []
+    one_step = check_.watch(lambda args, latents: trained.append(latents))
+    one_step(None, sample["latents"][:, 2])
+    assert check_.read(sample, 2, "otca_advantages").tolist() == [2.0]
+    one_step(None, sample["latents"][:, 0])
+    with pytest.raises(PatchError, match="advantage of column 1"):
+        check_.read(sample, 1, "otca_advantages")
+    check_.end_step()
+    assert check_.read(sample, 1, "otca_advantages").tolist() == [1.0]  # later steps are not checked

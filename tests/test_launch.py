@@ -40,9 +40,12 @@ SPEC = textwrap.dedent('''\
     anchor = "return advantages"
     action = "replace"
     code = "return __otca__.scale(advantages)"
+    reads = ["advantages"]
 ''')
 
 RUNTIME = textwrap.dedent('''\
+    from otca_patch.targets.descriptor import Target
+
     class Runtime:
         def __init__(self, config):
             self.factor = 2.0 if config.otca_mode == "otca" else 3.0
@@ -51,8 +54,7 @@ RUNTIME = textwrap.dedent('''\
         def scale(self, values):
             return [self.factor * v for v in values]
 
-    def install(config, spec, namespace):
-        return Runtime(config)
+    TARGET = Target("synthetic-trainer", Runtime)
 ''')
 
 
@@ -68,7 +70,7 @@ def synthetic(tmp_path):
     runtime_dir.mkdir()
     (runtime_dir / "synthetic_runtime.py").write_text(RUNTIME)
     env = dict(os.environ, OTCA_PATCHES_DIR=str(patches), OTCA_PYTHON=sys.executable,
-               PYTHONPATH=str(runtime_dir), PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+               PYTHONPATH=os.pathsep.join([str(runtime_dir), str(REPO)]), PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
     env.pop("OTCA_PATCH_ARGS", None)
     return upstream, env
 
@@ -156,4 +158,110 @@ def test_doctor_reports_holding_and_broken_hooks(synthetic, tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
     done = subprocess.run(doctor[:-1] + [str(empty)], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and f"{empty} is empty" in done.stderr
+    (empty / "README.md").write_text("not an upstream checkout")
+    done = subprocess.run(doctor[:-1] + [str(empty)], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "holds none of the files" in done.stderr
+
+
+# ---- fail closed: once a process is targeted, nothing runs it unpatched
+
+
+def hook_environment(env: dict, args: str) -> dict:
+    """What scripts/otca_run.sh hands every process (startup hook first on PYTHONPATH), with ``args``
+    as the flags: the way an invalid value would reach a worker."""
+    startup = REPO / "otca_patch" / "launch" / "startup"
+    return dict(env, OTCA_PATCH_ARGS=args, OTCA_PATCH_TARGETS="trainer/train.py",
+                PYTHONPATH=os.pathsep.join([str(startup), env["PYTHONPATH"]]))
+
+
+@pytest.mark.parametrize("args, script_args, expected", [
+    ("--otca --otca_w_min 5", [], "w_min"),
+    ("--otca --otca_mdoe tcd", [], "unknown flag --otca_mdoe"),
+    ("--otca --otca_rewards 'upstream", [], "quotation"),
+    ("--otca", ["--otca_mode", "bogus"], "--otca_mode"),
+])
+def test_a_bad_value_reaching_a_worker_stops_it(synthetic, args, script_args, expected):
+    upstream, env = synthetic
+    done = subprocess.run([sys.executable, "trainer/train.py", "--out", "result.json", *script_args], cwd=upstream,
+                          env=hook_environment(env, args), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert not (upstream / "result.json").exists(), "the trainer must not run unpatched"
+    assert "otca-patch: error:" in done.stderr and expected in done.stderr
+
+
+def test_a_missing_patches_folder_stops_the_worker(synthetic, tmp_path):
+    upstream, env = synthetic
+    env = dict(hook_environment(env, "--otca"), OTCA_PATCHES_DIR=str(tmp_path / "nowhere"))
+    done = subprocess.run([sys.executable, "trainer/train.py", "--out", "result.json"], cwd=upstream, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and not (upstream / "result.json").exists()
+    assert "nowhere" in done.stderr and "does not exist" in done.stderr
+
+
+def test_a_worker_python_without_otca_patch_stops_with_a_clear_message(synthetic):
+    """torchrun from another environment: the startup hook runs, but otca_patch cannot be imported."""
+    upstream, env = synthetic
+    bare = Path(sys.base_prefix) / "bin" / "python3"
+    startup = REPO / "otca_patch" / "launch" / "startup"
+    env = dict(env, OTCA_PATCH_ARGS="--otca", OTCA_PATCH_TARGETS="trainer/train.py", PYTHONPATH=str(startup))
+    assert subprocess.run([str(bare), "-c", "import otca_patch"], cwd=upstream, env=env, capture_output=True).returncode != 0
+    done = subprocess.run([str(bare), "trainer/train.py", "--out", "result.json"], cwd=upstream, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and not (upstream / "result.json").exists()
+    assert "cannot import otca_patch" in done.stderr and "pip install" in done.stderr
+
+
+def test_an_untargeted_process_pays_nothing_and_sees_no_helper_modules(synthetic):
+    upstream, env = synthetic
+    probe = upstream / "other.py"
+    probe.write_text(textwrap.dedent('''\
+        import importlib.util, json, sys
+        print(json.dumps({"loaded": sorted(m for m in sys.modules if m.startswith("otca_patch")),
+                          "helpers": [n for n in ("reexec", "passthrough", "worker") if importlib.util.find_spec(n)]}))
+    '''))
+    done = subprocess.run([sys.executable, "other.py"], cwd=upstream, env=hook_environment(env, "--otca"),
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"loaded": [], "helpers": []}
+
+
+def test_run_without_otca_behaves_like_python_script(synthetic, tmp_path):
+    upstream, env = synthetic
+    (upstream / "trainer" / "sibling.py").write_text("VALUE = 7\n")
+    script = upstream / "trainer" / "uses_sibling.py"
+    script.write_text("import sys, sibling\nprint(sys.path[0], sibling.VALUE, sys.argv[1:])\n")
+    done = subprocess.run([sys.executable, "-m", "otca_patch.cli", "run", str(script), "a", "--b"], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [str(script.parent), "7", "['a',", "'--b']"]
+
+
+def test_run_on_a_missing_script_is_a_clear_error(synthetic, tmp_path):
+    _, env = synthetic
+    done = subprocess.run([sys.executable, "-m", "otca_patch.cli", "run", "nowhere/train.py", "--otca"], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "nowhere/train.py does not exist" in done.stderr
+
+
+def test_the_worker_keeps_the_interpreter_options(monkeypatch):
+    from otca_patch.launch import reexec
+
+    monkeypatch.setattr(sys, "orig_argv", ["python3", "-u", "-X", "dev", "-W", "error", "train.py", "--lr", "1"])
+    monkeypatch.setattr(sys, "argv", ["train.py", "--lr", "1"])
+    assert reexec.worker_argv() == [sys.executable, "-u", "-X", "dev", "-W", "error", "-m", "otca_patch.launch.worker",
+                                    "train.py", "--lr", "1"]
+
+
+def test_an_environment_without_the_targets_fails_closed_only_when_it_asks_for_the_layer(synthetic):
+    upstream, env = synthetic
+    startup = REPO / "otca_patch" / "launch" / "startup"
+    base = dict(env, PYTHONPATH=os.pathsep.join([str(startup), env["PYTHONPATH"]]))
+    run = lambda args: subprocess.run([sys.executable, "trainer/train.py", "--out", "result.json"], cwd=upstream,
+                                      env=dict(base, OTCA_PATCH_ARGS=args), capture_output=True, text=True, timeout=120)
+    done = run("--otca --otca_mode tcd")
+    assert done.returncode == 2 and "OTCA_PATCH_TARGETS" in done.stderr and not (upstream / "result.json").exists()
+    done = run("--otca_mode tcd")  # flags without --otca: the layer is not asked for
+    assert done.returncode == 0, done.stderr
+    assert json.loads((upstream / "result.json").read_text())["advantages"] == [-2.0, -1.0, 3.0]

@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from otca_patch.proxy import (
-    METRIC_NAMES, PAPER_TABLE5, argmax_distance, average_ranks, format_against_paper, pairwise_agreement,
-    pearson, proxy_metrics, recall_at_k, spearman,
+    METRIC_NAMES, PAPER_TABLE5, ROW_KEYS, argmax_distance, average_ranks, control_proxies, format_against_paper,
+    format_rows, pairwise_agreement, pearson, proxy_metrics, proxy_rows, recall_at_k, residual_pearson, spearman,
 )
 
 STEPS = torch.tensor([[0.1, 0.5, 0.2, 0.9, 0.3, 0.05, 0.7, 0.4]])
@@ -103,3 +103,35 @@ def test_table_prints_the_paper_beside_the_measurement():
     table = format_against_paper({"demo": proxy_metrics(STEPS, STEPS)})
     assert "0.909" in table and "0.740" in table and "demo" in table
     assert set(PAPER_TABLE5) == set(METRIC_NAMES)
+
+
+def test_residual_pearson_ignores_a_shared_step_profile():
+    generator = torch.Generator().manual_seed(0)
+    profile = torch.linspace(1.0, 0.0, 8)
+    noise_s, noise_r = torch.randn(50, 8, generator=generator), torch.randn(50, 8, generator=generator)
+    # the same profile in both, independent per-trajectory parts: high per-trajectory Pearson, residual ~ 0
+    delta_s, delta_r = 10 * profile + 0.1 * noise_s, 10 * profile + 0.1 * noise_r
+    assert proxy_metrics(delta_s, delta_r)["pearson"] > 0.9
+    assert abs(residual_pearson(delta_s, delta_r)) < 0.15
+    # per-trajectory parts that agree: residual ~ 1
+    assert residual_pearson(10 * profile + noise_s, 3 * profile + noise_s) == pytest.approx(1.0)
+
+
+def test_controls_are_trajectory_blind_profiles():
+    delta_s = torch.tensor([[0.1, 0.5, 0.4], [0.3, 0.3, 0.4]])
+    sigmas = torch.tensor([1.0, 0.9, 0.5, 0.0])
+    controls = control_proxies(delta_s, sigmas)
+    assert torch.allclose(controls["mean_dS_profile"], torch.tensor([[0.2, 0.4, 0.4]] * 2, dtype=torch.float64))
+    assert torch.allclose(controls["sigma_decrement"], torch.tensor([[0.1, 0.4, 0.5]] * 2, dtype=torch.float64))
+    with pytest.raises(ValueError, match="sigmas"):
+        control_proxies(delta_s, torch.zeros(3))
+
+
+def test_rows_cover_every_proxy_and_definition_with_the_short_names():
+    delta_s = torch.tensor([[0.1, 0.5, 0.2, 0.9, 0.3], [0.4, 0.1, 0.3, 0.2, 0.6]])
+    rows = proxy_rows(delta_s, {"prediction": delta_s, "latent": -delta_s}, sigmas=torch.linspace(1, 0, 6))
+    assert [(r["proxy"], r["definition"]) for r in rows] == [
+        (p, d) for d in ("prediction", "latent") for p in ("dS", "mean_dS_profile", "sigma_decrement")]
+    assert rows[0]["pearson"] == pytest.approx(1.0) and rows[3]["pearson"] == pytest.approx(-1.0)
+    assert set(ROW_KEYS.values()) <= set(rows[0])
+    assert "| dS | prediction | 1.000" in format_rows(rows)

@@ -30,6 +30,7 @@ SPEC = textwrap.dedent('''\
     anchor = "return advantages"
     action = "replace"
     code = "return __otca__.scale(advantages)"
+    reads = ["advantages"]
 
     [[hooks]]
     name = "mean_line"
@@ -37,6 +38,7 @@ SPEC = textwrap.dedent('''\
     anchor = "advantages = ..."
     action = "insert_after"
     code = "pass"
+    reads = []
 ''')
 
 

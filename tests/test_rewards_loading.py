@@ -165,3 +165,20 @@ def test_preprocess_matches_torchvision_and_hpsv2_transforms():
                           torch.stack([ref(im) for im in x]), atol=1e-6)
     with pytest.raises(ValueError, match="unknown preprocessing mode"):
         preprocess_images(x, 24, mode="stretch")
+
+
+def test_option_values_stay_text_until_the_adapters_parameters_convert_them():
+    from otca_patch.config import parse_otca_args
+    from otca_patch.rewards.registry import _factory, convert_options
+
+    config, _ = parse_otca_args(["--otca", "--otca_reward_opt", "clip_t.model_name=007,videoalign.fps=12,"
+                                 "videoalign.use_norm=false,videoalign.num_frames=8"])
+    assert config.otca_reward_opt == {"clip_t": {"model_name": "007"},
+                                      "videoalign": {"fps": "12", "use_norm": "false", "num_frames": "8"}}
+    assert convert_options("clip_t", _factory("clip_t"), config.otca_reward_opt["clip_t"]) == {"model_name": "007"}
+    assert convert_options("videoalign", _factory("videoalign"), config.otca_reward_opt["videoalign"]) == {
+        "fps": 12.0, "use_norm": False, "num_frames": 8}
+    with pytest.raises(ValueError, match=r"option fps='fast' is not a float"):
+        convert_options("videoalign", _factory("videoalign"), {"fps": "fast"})
+    with pytest.raises(ValueError, match=r"reward model 'clip_t' has no option 'modle_name'; its options: .*model_name"):
+        convert_options("clip_t", _factory("clip_t"), {"modle_name": "x"})

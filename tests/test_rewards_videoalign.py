@@ -48,6 +48,8 @@ def checkpoint(tmp_path, monkeypatch):
     folder = tmp_path / "VideoReward"
     folder.mkdir()
     (folder / "model_config.json").write_text(json.dumps({"data_config": {}, "model_config": {}}))
+    (folder / "checkpoint-1").mkdir()
+    torch.save({"weight": torch.zeros(2)}, folder / "checkpoint-1" / "model.pth")
     FakeInference.instances = []
     monkeypatch.setattr(videoalign, "import_inference_class", lambda: FakeInference)
     return folder
@@ -138,3 +140,42 @@ def test_real_upstream_import_path(monkeypatch):
         for name in set(sys.modules) - before:
             if name == "fastvideo" or name.startswith("fastvideo."):
                 del sys.modules[name]
+
+
+class _RunsCode:
+    """Unpickling this runs code: it writes the marker file."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (Path(self.marker).write_text, ("unpickled",))
+
+
+class _LoadsLikeUpstream(FakeInference):
+    """Loads checkpoint-*/model.pth as upstream's load_model_from_checkpoint does: no weights_only."""
+
+    def __init__(self, load_from_pretrained, *args, **kwargs):
+        super().__init__(load_from_pretrained, *args, **kwargs)
+        newest = sorted(Path(load_from_pretrained).glob("checkpoint-*"))[-1]
+        torch.load(str(newest / "model.pth"), map_location="cpu")
+
+
+def test_a_pickled_checkpoint_never_runs(checkpoint, tmp_path, monkeypatch):
+    marker = tmp_path / "marker.txt"
+    torch.save({"weight": _RunsCode(marker)}, checkpoint / "checkpoint-1" / "model.pth")
+    monkeypatch.setenv("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "1")  # what torch < 2.6 does by default
+    monkeypatch.setattr(videoalign, "import_inference_class", lambda: _LoadsLikeUpstream)
+    with pytest.raises(CheckpointError, match=r"model.pth does not load with weights_only=True"):
+        load("videoalign", checkpoint=checkpoint)
+    assert not marker.exists(), "the pickled payload ran"
+    torch.save({"weight": torch.ones(2)}, checkpoint / "checkpoint-1" / "model.pth")
+    load("videoalign", checkpoint=checkpoint)  # a plain tensor file loads
+
+
+def test_a_folder_without_checkpoint_subfolders_is_named(checkpoint):
+    import shutil
+
+    shutil.rmtree(checkpoint / "checkpoint-1")
+    with pytest.raises(CheckpointError, match=r"no checkpoint-\* folder .*path tried: .*VideoReward"):
+        load("videoalign", checkpoint=checkpoint)

@@ -1,5 +1,6 @@
-"""``scripts/ab_compare.sh [--out DIR] [--private PATH] UPSTREAM_LAUNCH.sh [--otca flags]``
-``scripts/ab_compare.sh [--out DIR] --smoke UPSTREAM_DIR [--steps N] [--seed S] [--otca flags]``
+"""``otca-patch ab [--out DIR] [--private PATH] UPSTREAM_LAUNCH.sh [--otca flags]``
+``otca-patch ab [--out DIR] --smoke UPSTREAM_DIR [--steps N] [--seed S] [--otca flags]``
+(``scripts/ab_compare.sh`` is an alias)
 
 Runs one launch twice, one side after the other, then ``otca-patch compare``:
 
@@ -10,10 +11,11 @@ Runs one launch twice, one side after the other, then ``otca-patch compare``:
 Both sides run the same launch script, so the same seeds (the script's --seed) and the same
 initial noise; the OTCA flags other than --otca (objectives, checkpoints, mode) apply to both, so
 both sides log the same objectives. Run it from the upstream checkout, as scripts/otca_run.sh.
-Each side runs in DIR/<side>, a working copy of the checkout (symlinks) in which ./images,
-./reward.txt and the launch script's relative --output_dir (checkpoints) are private, so the sides
+Each side runs in DIR/<side>, a working copy of the checkout (symlinks) in which what the trainer
+writes into its working directory (./images, ./reward.txt, ./videos, ...: the target's descriptor
+lists it) and the launch script's relative --output_dir (checkpoints) are private, so the sides
 never overwrite each other and the checkout is left as it was. --private PATH adds another path a
-trainer writes. --smoke runs scripts/smoke_upstream.py (CPU, tiny models) instead of a launch.
+trainer writes. --smoke runs `otca-patch smoke` (CPU, tiny models) instead of a launch.
 """
 from __future__ import annotations
 
@@ -25,9 +27,8 @@ from pathlib import Path
 from ..analysis.compare import compare
 from ..analysis.logs import LogError
 from ..config import parse_otca_args
-from .workdir import UPSTREAM_CWD_OUTPUTS, make_working_copy, output_dirs_of
+from .workdir import cwd_outputs, make_working_copy, output_dirs_of
 
-REPO = Path(__file__).resolve().parents[2]
 SIDE_FLAGS = ("--otca", "--otca_observe")
 SIDES = (("vanilla", "--otca_observe"), ("otca", "--otca"))
 
@@ -73,11 +74,11 @@ def run_side(command: list[str], cwd: Path, log: Path) -> int:
 
 
 def smoke_command(upstream: Path, run_dir: Path, flags: list[str]) -> list[str]:
-    return [sys.executable, str(REPO / "scripts" / "smoke_upstream.py"), str(upstream.resolve()), str(run_dir), *flags]
+    return [sys.executable, "-m", "otca_patch.smoke", str(upstream.resolve()), str(run_dir), *flags]
 
 
 def launch_command(launch: Path, run_dir: Path, flags: list[str]) -> list[str]:
-    return [str(REPO / "scripts" / "otca_run.sh"), str(launch), *flags, "--otca_log_dir", str(run_dir)]
+    return [sys.executable, "-m", "otca_patch.launch.wrapper", str(launch), *flags, "--otca_log_dir", str(run_dir)]
 
 
 def main(argv=None) -> int:
@@ -105,7 +106,8 @@ def main(argv=None) -> int:
         if target.is_absolute():
             target = target.relative_to(checkout) if target.is_relative_to(checkout) else target
         try:
-            private = [*UPSTREAM_CWD_OUTPUTS, *output_dirs_of(options["target"]), *options["private"]]
+            private = [*cwd_outputs(checkout, options["target"]), *output_dirs_of(options["target"]),
+                       *options["private"]]
         except ValueError as exc:
             print(f"ab_compare: error: {exc}", file=sys.stderr)
             return 2

@@ -1,7 +1,8 @@
 """A private working copy of an upstream checkout for one side of an A/B run.
 
-Upstream's trainers write into the current directory (``./images``, ``./reward.txt``) and into the
-``--output_dir`` fixed in their launch scripts, so two runs from one checkout overwrite each other.
+Upstream's trainers write into the current directory (DanceGRPO's FLUX trainer ``./images`` and
+``./reward.txt``, its video trainers ``./videos`` and their reward logs: each target's descriptor
+lists them) and into the ``--output_dir`` fixed in their launch scripts, so two runs from one checkout overwrite each other.
 A working copy is a folder of symlinks to the checkout's entries, except for the paths that runs
 write: those (and the folders above them) are real and start empty, so each side's outputs stay in
 its own folder and nothing in the checkout changes. Anything a trainer writes elsewhere through a
@@ -14,8 +15,19 @@ import re
 import shlex
 from pathlib import Path
 
-#: what DanceGRPO's trainers write relative to the current directory
-UPSTREAM_CWD_OUTPUTS = ("images", "reward.txt")
+from ..targets.registry import targets_in
+
+
+def cwd_outputs(checkout: Path, launch_script: Path) -> list[str]:
+    """What the launched trainer writes relative to the checkout: the descriptors' ``outputs`` of the
+    targets whose upstream file the launch script names (or, when it names none, of every target
+    in the checkout)."""
+    known = targets_in(checkout)
+    if not known:
+        raise ValueError(f"{checkout} holds none of the targets' upstream files; run from an upstream checkout")
+    text = launch_script.read_text(errors="replace")
+    named = [target for spec, target in known if spec.file in text] or [target for _, target in known]
+    return list(dict.fromkeys(path for target in named for path in target.outputs))
 
 
 def output_dirs_of(launch_script: Path) -> list[str]:

@@ -10,6 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from ..files import atomic_write_text
 from .logs import LogError, Run, load_run
 from .metrics import default_window, reach_table, score_runs, standardiser_from
 from .plots import balanced_curves, file_safe, mixture_over_training, reward_curves, step_weight_heatmap
@@ -79,9 +80,7 @@ def compare(paths: list[Path], out: Path, labels: list[str] | None = None, objec
             figures["objective mixture"].append(name)
     text = build_report(runs, scores, reach_table(scores), standardiser, window, figures, warnings)
     report = out / "report.md"
-    tmp = report.with_name("report.md.tmp")
-    tmp.write_text(text)
-    tmp.replace(report)
+    atomic_write_text(report, text)
     for warning in warnings:
         print(f"otca-patch compare: warning: {warning}", file=sys.stderr)
     return report

@@ -1,16 +1,19 @@
 """Reading one run folder into per-step arrays: the layer's ``run_log.jsonl`` or, where a run has
 none, upstream DanceGRPO's ``reward.txt`` (one gathered mean reward per step, written by rank 0).
 
-Everything here raises ``LogError`` naming the file (and line) that is wrong; problems that lose
-nothing worth stopping for (a last line cut short by a killed run) become warnings instead.
+Everything here raises ``LogError`` naming the file and line that is wrong; problems that lose
+nothing worth stopping for become warnings naming file:line instead: a line that is not JSON (a
+record cut short by a killed run), non-finite rewards (left out of every mean and of "steps to
+reach"), a step some ranks never logged, step weights whose width changes between steps.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+
+from ..files import read_jsonl
 
 RUN_LOG = "run_log.jsonl"
 REWARD_TXT = "reward.txt"
@@ -81,109 +84,177 @@ def load_run(path: str | Path, label: str | None = None) -> Run:
 
 
 def read_records(path: Path) -> tuple[list[tuple[int, dict]], list[str]]:
-    """(line number, record) pairs and warnings. A last line that is not JSON is a write cut
-    short (the run was killed) and is skipped with a warning; any other bad line is an error."""
-    text = path.read_text(errors="replace")
-    lines = text.split("\n")
-    last = max((n for n, line in enumerate(lines, start=1) if line.strip()), default=0)
-    records, warnings = [], []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            if number == last:
-                warnings.append(f"{path}:{number}: last line is not complete JSON (a run killed mid-write?); "
-                                f"skipped it")
-                continue
-            raise LogError(f"{path}:{number}: not a JSON record ({exc.msg}, column {exc.colno})") from None
-        if not isinstance(record, dict):
-            raise LogError(f"{path}:{number}: a record must be a JSON object, got {type(record).__name__}")
-        records.append((number, record))
+    """(line number, record) pairs and warnings (``read_jsonl``: a line that is not a JSON object
+    is skipped with a warning naming file and line). No records at all is an error."""
+    records, warnings = read_jsonl(path)
     if not records:
-        raise LogError(f"{path}: no records (empty log: did the run reach its first training step?)")
+        raise LogError(f"{path}: no records (empty log: did the run reach its first training step?)"
+                       + (f"; {len(warnings)} unreadable line(s): {warnings[0]}" if warnings else ""))
     return records, warnings
 
 
-def _check_record(path: Path, number: int, record: dict, objectives: list | None) -> None:
+def _integer(path: Path, number: int, record: dict, key: str, default=None) -> int:
+    value = record.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise LogError(f"{path}:{number}: {key!r} must be an integer, got {value!r}")
+    return value
+
+
+def _matrix(path: Path, number: int, record: dict, key: str, width: int | None = None) -> np.ndarray:
+    """``record[key]`` as a float ``[N, width]`` array: rows of equal length, entries numbers or null
+    (the run log writes a non-finite float as null; it becomes NaN here)."""
+    value = record[key]
+    if not isinstance(value, list) or not all(isinstance(row, list) for row in value):
+        raise LogError(f"{path}:{number}: {key!r} must be a list of rows (one per sample), got {type(value).__name__}")
+    lengths = sorted({len(row) for row in value})
+    if len(lengths) > 1:
+        raise LogError(f"{path}:{number}: {key!r} is ragged: its rows have {lengths} entries")
+    for row in value:
+        for entry in row:
+            if entry is not None and (isinstance(entry, bool) or not isinstance(entry, (int, float))):
+                raise LogError(f"{path}:{number}: {key!r} holds {entry!r}, which is not a number")
+    array = np.array([[np.nan if v is None else float(v) for v in row] for row in value], dtype=float)
+    array = array.reshape(len(value), lengths[0] if lengths else 0)
+    if width is not None and array.shape[1] != width:
+        raise LogError(f"{path}:{number}: {key!r} has {array.shape[1]} columns per sample, expected {width}")
+    return array
+
+
+def _check_record(path: Path, number: int, record: dict, objectives: list | None) -> np.ndarray:
+    """Validates one record (naming file:line); returns its rewards ``[B, K]`` (NaN where non-finite)."""
     missing = [key for key in REQUIRED_FIELDS if key not in record]
     if missing:
         raise LogError(f"{path}:{number}: record lacks {', '.join(missing)}")
+    _integer(path, number, record, "step")
+    _integer(path, number, record, "rank")
+    _integer(path, number, record, "world_size", 1)
     names = record["objectives"]
+    if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
+        raise LogError(f"{path}:{number}: 'objectives' must be a non-empty list of names, got {names!r}")
     if objectives is not None and names != objectives:
         raise LogError(f"{path}:{number}: objectives {names} differ from {objectives} earlier in the same log")
-    rewards = np.asarray(record["rewards"], dtype=float)
-    if rewards.ndim != 2 or rewards.shape[1] != len(names):
+    rewards = _matrix(path, number, record, "rewards")
+    if rewards.shape[1] != len(names):
         raise LogError(f"{path}:{number}: rewards have shape {list(rewards.shape)}, expected [B, {len(names)}] "
                        f"for objectives {names}")
+    return rewards
+
+
+def _nonfinite_warning(path: Path, number: int, rewards: np.ndarray, names: list) -> str | None:
+    bad = ~np.isfinite(rewards)
+    if not bad.any():
+        return None
+    which = ", ".join(f"{name} ({int(count)})" for name, count in zip(names, bad.sum(axis=0)) if count)
+    return f"{path}:{number}: {int(bad.sum())} non-finite reward(s) (NaN, inf or null) of {which}; left out of the means"
+
+
+def _per_sample_columns(path: Path, rows: list[tuple[int, dict]], key: str, width: int | None,
+                        warnings: list) -> np.ndarray | None:
+    """Mean over samples of ``key`` (``[B, W]`` per record) for one step, or None when some record
+    lacks it or it is malformed (then a warning names file:line)."""
+    parts = []
+    for number, record in rows:
+        if key not in record:
+            return None
+        try:
+            parts.append(_matrix(path, number, record, key, width))
+        except LogError as exc:
+            warnings.append(f"{exc}; the {key} plot leaves this run out")
+            return None
+    if len({p.shape[1] for p in parts}) > 1:
+        return None
+    return np.nanmean(np.concatenate(parts), axis=0)
 
 
 def _from_run_log(path: Path, label: str) -> Run:
     records, warnings = read_records(path)
     objectives = None
-    by_step: dict[int, dict[int, tuple[int, dict]]] = {}
+    by_step: dict[int, dict[int, tuple[int, dict, np.ndarray]]] = {}
     for number, record in records:
-        _check_record(path, number, record, objectives)
+        rewards = _check_record(path, number, record, objectives)
         objectives = record["objectives"]
-        ranks = by_step.setdefault(int(record["step"]), {})
-        rank = int(record["rank"])
+        note = _nonfinite_warning(path, number, rewards, objectives)
+        if note:
+            warnings.append(note)
+        ranks = by_step.setdefault(record["step"], {})
+        rank = record["rank"]
         if rank in ranks:
             raise LogError(f"{path}:{number}: step {record['step']} rank {rank} was already logged on line "
                            f"{ranks[rank][0]}; two runs appended to one log? give each run its own folder")
-        ranks[rank] = (number, record)
+        ranks[rank] = (number, record, rewards)
 
-    steps = sorted(by_step)
     complete = []
-    for step in steps:
-        world_size = max(int(r.get("world_size", 1)) for _, r in by_step[step].values())
+    for step in sorted(by_step):
+        world_size = max(r.get("world_size", 1) for _, r, _ in by_step[step].values())
         if len(by_step[step]) < world_size:
             warnings.append(f"{path}: step {step} has {len(by_step[step])} of {world_size} ranks logged; "
                             f"left out (its mean would cover only part of the batch)")
             continue
+        rewards = np.concatenate([by_step[step][rank][2] for rank in sorted(by_step[step])])
+        if (~np.isfinite(rewards)).all(axis=0).any():
+            warnings.append(f"{path}: step {step} has no finite reward for some objective; left out")
+            continue
         complete.append(step)
     if not complete:
-        raise LogError(f"{path}: no training step with all ranks logged")
+        raise LogError(f"{path}: no training step with all ranks logged and finite rewards")
 
     first = records[0][1]
     means, stds, counts, weights, mixtures = [], [], [], [], []
     for step in complete:
-        rows = [by_step[step][rank][1] for rank in sorted(by_step[step])]
-        rewards = np.concatenate([np.asarray(r["rewards"], dtype=float) for r in rows])
+        ranked = [by_step[step][rank] for rank in sorted(by_step[step])]
+        rewards = np.concatenate([r for _, _, r in ranked])
         means.append(np.nanmean(rewards, axis=0))
         stds.append(np.nanstd(rewards, axis=0))
-        counts.append(len(rewards))
-        if all("step_weights" in r for r in rows):
-            weights.append(np.concatenate([np.asarray(r["step_weights"], dtype=float) for r in rows]).mean(axis=0))
-        if all("mixture" in r for r in rows):
-            mixtures.append(np.concatenate([np.asarray(r["mixture"], dtype=float) for r in rows]).mean(axis=0))
+        counts.append(int(np.isfinite(rewards).all(axis=1).sum()))
+        rows = [(number, record) for number, record, _ in ranked]
+        weights.append(_per_sample_columns(path, rows, "step_weights", None, warnings))
+        mixtures.append(_per_sample_columns(path, rows, "mixture", len(objectives), warnings))
     observe = bool(first.get("observe", False))
     return Run(label=label, path=path, source="run_log", objectives=tuple(objectives), steps=np.array(complete),
                reward_mean=np.array(means), reward_std=np.array(stds), samples=np.array(counts),
                mode="vanilla" if observe else str(first.get("mode", "otca")), observe=observe,
                config=dict(first.get("config") or {}),
-               step_weights=np.array(weights) if len(weights) == len(complete) else None,
-               mixture=np.array(mixtures) if len(mixtures) == len(complete) else None, warnings=warnings)
+               step_weights=_stack_columns(path, "step_weights", weights, complete, warnings),
+               mixture=_stack_columns(path, "mixture", mixtures, complete, warnings), warnings=warnings)
+
+
+def _stack_columns(path: Path, key: str, per_step: list, steps: list, warnings: list) -> np.ndarray | None:
+    """``[T, W]`` when every step logged ``key`` with the same width W; else None, with a warning
+    when the width changed between steps (e.g. a resumed run with another number of sampling steps)."""
+    if any(value is None for value in per_step):
+        return None
+    widths = sorted({len(value) for value in per_step})
+    if len(widths) > 1:
+        first_of = {w: next(s for s, v in zip(steps, per_step) if len(v) == w) for w in widths}
+        warnings.append(f"{path}: {key} has {' and '.join(f'{w} columns from step {first_of[w]}' for w in widths)} "
+                        f"(a resumed run with another number of sampling steps?); its plot is left out")
+        return None
+    return np.array(per_step)
 
 
 def _from_reward_txt(path: Path, label: str) -> Run:
-    """Upstream's reward.txt: line n is step n's gathered mean reward (rank 0 appends one per step)."""
+    """Upstream's reward.txt: line n is step n's gathered mean reward (rank 0 appends one per step).
+    A line that is not a number, or is not finite, is skipped with a warning naming file:line."""
     lines = path.read_text(errors="replace").split("\n")
-    last = max((n for n, line in enumerate(lines, start=1) if line.strip()), default=0)
-    values, warnings = [], []
+    steps, values, warnings = [], [], []
+    step = 0
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
+        step += 1
         try:
-            values.append(float(line))
+            value = float(line)
         except ValueError:
-            if number == last:
-                warnings.append(f"{path}:{number}: last line {line.strip()!r} is not a number (cut short?); skipped it")
-                continue
-            raise LogError(f"{path}:{number}: {line.strip()!r} is not a reward (one float per line expected)") from None
+            warnings.append(f"{path}:{number}: {line.strip()[:40]!r} is not a reward (one float per line); skipped it")
+            continue
+        if not np.isfinite(value):
+            warnings.append(f"{path}:{number}: reward {line.strip()} is not finite; step {step} left out")
+            continue
+        steps.append(step)
+        values.append(value)
     if not values:
-        raise LogError(f"{path}: no rewards (empty reward.txt)")
+        raise LogError(f"{path}: no finite rewards" + (f" ({warnings[0]})" if warnings else " (empty reward.txt)"))
     count = len(values)
     return Run(label=label, path=path, source="reward.txt", objectives=(UPSTREAM_OBJECTIVE,),
-               steps=np.arange(1, count + 1), reward_mean=np.array(values).reshape(count, 1),
+               steps=np.array(steps), reward_mean=np.array(values).reshape(count, 1),
                reward_std=np.full((count, 1), np.nan), samples=np.zeros(count, dtype=int), warnings=warnings)

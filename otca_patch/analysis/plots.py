@@ -2,12 +2,12 @@
 written to a temporary name and renamed, so an interrupted run never leaves half a PNG."""
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 
 import numpy as np
 
+from ..files import atomic_path
 from .logs import Run
 from .metrics import RunScores, smooth
 
@@ -26,10 +26,9 @@ def file_safe(name: str) -> str:
 
 
 def _save(fig, path: Path) -> Path:
-    tmp = path.with_name(path.name + ".tmp")
-    fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
     _pyplot().close(fig)
-    os.replace(tmp, path)
     return path
 
 

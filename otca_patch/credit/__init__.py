@@ -1,4 +1,4 @@
-"""OTCA's credit math: pure tensor functions, no knowledge of any trainer (see ../shared/otca-spec.md).
+"""OTCA's credit math: pure tensor functions, no knowledge of any trainer (see docs/credit.md).
 
 ``CreditConfig`` and ``MODES`` import without torch (flag parsing in every launched process stays
 cheap); the tensor functions load on first use.

@@ -1,4 +1,4 @@
-"""The one configuration object of the credit engine (spec sections 1-5)."""
+"""The one configuration object of the credit engine (docs/credit.md, sections 1-5)."""
 from __future__ import annotations
 
 import math
@@ -9,6 +9,10 @@ from typing import Optional, Sequence
 MODES = ("otca", "moca", "tcd", "multi_grpo", "gdpo", "sum")
 #: Where the std that normalises rewards is taken: each group's (the spec) or the whole batch's.
 STD_SCOPES = ("group", "batch")
+#: Whose step shares set TCD's step weights: each sample's own (the spec) or the batch's mean (spec 1.6).
+WEIGHT_SCOPES = ("sample", "batch")
+#: How MOCA fuses objectives: per sample (the spec, 3.4-3.5) or one MGDA mixture per group (3.7).
+FUSIONS = ("sample", "group")
 #: Modes that multiply the combined advantage by TCD's step weights.
 STEP_WEIGHTED_MODES = frozenset({"otca", "tcd"})
 
@@ -30,6 +34,12 @@ class CreditConfig:
         objective_weights: s_k per objective (length K, >= 0); ``None`` means all ones.
         std_scope: ``group`` (the spec: each group's std) or ``batch`` (one std over the whole
             batch, with the group's mean: FlowGRPO's ``global_std=True``). An option, not a default.
+        weight_scope: ``sample`` (the spec) or ``batch``: every sample's step weights come from the
+            batch's mean step share (spec 1.6; TCD reduced to a timestep schedule, a control).
+        explore_center: ``False`` (the spec) or ``True``: the exploration strength measures ``q``'s
+            deviation from its group mean (spec 3.6).
+        fusion: ``sample`` (the spec) or ``group``: one minimum-norm mixture per group over the
+            group's advantage vectors, solved exactly (spec 3.7, the MGDA reading).
     """
 
     mode: str = "otca"
@@ -40,6 +50,9 @@ class CreditConfig:
     explore: float = 1.0
     objective_weights: Optional[Sequence[float]] = field(default=None)
     std_scope: str = "group"
+    weight_scope: str = "sample"
+    explore_center: bool = False
+    fusion: str = "sample"
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -61,6 +74,12 @@ class CreditConfig:
             raise ValueError(f"explore: must be >= 0, got {self.explore}")
         if self.std_scope not in STD_SCOPES:
             raise ValueError(f"std_scope: must be one of {', '.join(STD_SCOPES)}, got {self.std_scope!r}")
+        if self.weight_scope not in WEIGHT_SCOPES:
+            raise ValueError(f"weight_scope: must be one of {', '.join(WEIGHT_SCOPES)}, got {self.weight_scope!r}")
+        if not isinstance(self.explore_center, bool):
+            raise ValueError(f"explore_center: must be true or false, got {self.explore_center!r}")
+        if self.fusion not in FUSIONS:
+            raise ValueError(f"fusion: must be one of {', '.join(FUSIONS)}, got {self.fusion!r}")
         if self.objective_weights is not None:
             weights = tuple(float(w) for w in self.objective_weights)
             if not weights:

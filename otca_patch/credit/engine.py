@@ -9,7 +9,7 @@ import torch
 
 from . import moca, tcd
 from .config import CreditConfig
-from .groups import dense_groups, group_normalize
+from .groups import check_std_sizes, dense_groups, group_normalize
 
 #: Small per-sample quantities are computed in float64 (cheap at [B, T]) and returned in float32,
 #: the dtype trainers keep their advantages in.
@@ -57,7 +57,7 @@ class Credit:
 
 
 def compute_credit(rewards, latents: torch.Tensor, group_ids, config: Optional[CreditConfig] = None,
-                   chunk_bytes: int = tcd.DEFAULT_CHUNK_BYTES) -> Credit:
+                   chunk_bytes: int = tcd.DEFAULT_CHUNK_BYTES, final: Optional[torch.Tensor] = None) -> Credit:
     """OTCA credit for a batch of sampled trajectories.
 
     Args:
@@ -66,6 +66,8 @@ def compute_credit(rewards, latents: torch.Tensor, group_ids, config: Optional[C
             any float dtype; never copied whole to float32.
         group_ids: ``[B]`` integer group label per sample (groups need not be contiguous).
         config: the credit rules; ``CreditConfig()`` (mode ``otca``) by default.
+        final: ``[B, ...]`` explicit final state ``z_T`` replacing ``latents[:, -1]`` (spec 1.7,
+            ``final_state="prediction"``: the last step's predicted clean sample).
     Returns:
         ``Credit`` with ``advantages [B, T]`` and every intermediate quantity.
     Raises:
@@ -88,9 +90,16 @@ def compute_credit(rewards, latents: torch.Tensor, group_ids, config: Optional[C
     group_ids = _check_group_ids(group_ids, rewards.shape[0])
     _check_objective_weights(config, rewards.shape[1])
 
-    similarity = tcd.similarity_to_final(latents, chunk_bytes=chunk_bytes)
+    if final is not None:
+        if not isinstance(final, torch.Tensor) or not final.is_floating_point() or \
+                tuple(final.shape) != (latents.shape[0],) + tuple(latents.shape[2:]):
+            raise ValueError(f"final: expected a float tensor of shape {(latents.shape[0],) + tuple(latents.shape[2:])} "
+                             f"(one state per sample), got {getattr(final, 'shape', type(final).__name__)}")
+    similarity = tcd.similarity_to_final(latents, chunk_bytes=chunk_bytes, final=final)
     if not torch.isfinite(similarity).all():
-        _raise_non_finite_latents(latents)
+        if final is not None:
+            _check_finite_tensor("final", final)
+        _raise_non_finite_latents(latents if final is None else latents[:, :-1])
     delta_s = tcd.step_progress(similarity.to(_WORK))
     return _credit(rewards, delta_s, group_ids, config, similarity)
 
@@ -117,18 +126,26 @@ def credit_from_progress(rewards, delta_s: torch.Tensor, group_ids, config: Opti
 def _credit(rewards, delta_s, group_ids, config: CreditConfig, similarity) -> Credit:
     device = delta_s.device
     rewards = rewards.to(device=device, dtype=_WORK)
-    index, n_groups = dense_groups(group_ids.to(device))
+    group_ids = group_ids.to(device)
+    check_std_sizes(group_ids, config.std_correction, batch_std=config.std_scope == "batch" or config.mode == "gdpo")
+    index, n_groups = dense_groups(group_ids)
     n_objectives = rewards.shape[1]
     weights = torch.tensor(config.objective_weights or (1.0,) * n_objectives, dtype=_WORK, device=device)
     corr = config.std_correction
 
     share = tcd.step_share(delta_s, config.eps)
-    weights_per_step = tcd.step_weights(share, config.w_min)
+    # weight_scope=batch (spec 1.6): the batch's mean share for every sample; q keeps each sample's
+    weight_share = share.mean(dim=0, keepdim=True).expand_as(share) if config.weight_scope == "batch" else share
+    weights_per_step = tcd.step_weights(weight_share, config.w_min)
     advantages_k = moca.objective_advantages(rewards, index, n_groups, weights, corr, config.adv_eps,
                                              config.std_scope)
     score = tcd.trajectory_score(share, delta_s)
-    lambdas = moca.exploration_bias(score, advantages_k, index, n_groups, corr, config.eps, config.explore)
-    fused, mixture = moca.min_norm_fusion(advantages_k, lambdas)
+    lambdas = moca.exploration_bias(score, advantages_k, index, n_groups, corr, config.eps, config.explore,
+                                    center=config.explore_center)
+    if config.fusion == "group":
+        fused, mixture = moca.group_fusion(advantages_k, lambdas, index, n_groups)
+    else:
+        fused, mixture = moca.min_norm_fusion(advantages_k, lambdas)
     combined = _combine(config, rewards, weights, advantages_k, fused, index, n_groups)
     per_step = weights_per_step if config.step_weighted else torch.ones_like(weights_per_step)
     advantages = per_step * combined.unsqueeze(-1)

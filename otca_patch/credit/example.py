@@ -9,7 +9,7 @@ import argparse
 
 import torch
 
-from .config import MODES, CreditConfig
+from .config import FUSIONS, MODES, WEIGHT_SCOPES, CreditConfig
 from .engine import compute_credit
 from .groups import group_ids_from_size
 
@@ -41,9 +41,14 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="otca-patch credit", description=__doc__)
     parser.add_argument("--mode", choices=MODES, default="otca")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--weight_scope", choices=WEIGHT_SCOPES, default="sample")
+    parser.add_argument("--explore_center", action="store_true")
+    parser.add_argument("--fusion", choices=FUSIONS, default="sample")
     args = parser.parse_args(argv)
     rewards, latents, group_ids = example_batch(args.seed)
-    credit = compute_credit(rewards, latents, group_ids, CreditConfig(mode=args.mode))
+    config = CreditConfig(mode=args.mode, weight_scope=args.weight_scope, explore_center=args.explore_center,
+                          fusion=args.fusion)
+    credit = compute_credit(rewards, latents, group_ids, config)
     print(f"mode {args.mode}: {rewards.shape[0]} samples in groups {group_ids.tolist()}, "
           f"{latents.shape[1] - 1} steps, objectives {', '.join(OBJECTIVES)}\n")
     print("sample  step weights (TCD)" + " " * 38 + "mixture (MOCA)        combined")

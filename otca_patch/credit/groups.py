@@ -23,6 +23,30 @@ def dense_groups(group_ids: torch.Tensor) -> tuple[torch.Tensor, int]:
     return index, int(index.max().item()) + 1
 
 
+def check_std_sizes(group_ids: torch.Tensor, correction: int, batch_std: bool = False) -> None:
+    """Refuse groups (or, with ``batch_std``, a batch) too small for a std with this correction.
+
+    A std over ``n <= correction`` values is undefined: the rewards of such a group would silently
+    normalise to 0. A group of one sample is exempt (its value is its mean: its advantage is 0
+    whatever the std, spec 2). With the default correction 1 nothing is checked (no cost).
+
+    Raises:
+        ValueError naming the group's label and size (or the batch size).
+    """
+    if correction < 2:
+        return
+    batch = group_ids.shape[0]
+    if batch_std and 2 <= batch <= correction:
+        raise ValueError(f"std_correction: {correction} needs more than {correction} samples for the batch std "
+                         f"(std_scope=batch); the batch has {batch}")
+    labels, counts = torch.unique(group_ids, return_counts=True)
+    small = (counts >= 2) & (counts <= correction)
+    if bool(small.any()):
+        first = int(small.nonzero()[0, 0])
+        raise ValueError(f"std_correction: {correction} needs groups of more than {correction} samples; group "
+                         f"{labels[first].item()} has {int(counts[first])} (use a smaller correction or larger groups)")
+
+
 def _group_sum(values: torch.Tensor, index: torch.Tensor, n_groups: int) -> torch.Tensor:
     """Sum ``values [B, ...]`` per group -> ``[G, ...]``."""
     out = values.new_zeros((n_groups,) + tuple(values.shape[1:]))

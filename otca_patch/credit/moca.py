@@ -1,10 +1,12 @@
 """Multi-Objective Credit Allocation (spec sections 2-3): per-objective group advantages and their
-minimum-norm fusion in advantage space with the exploration bias for positive samples."""
+minimum-norm fusion in advantage space with the exploration bias for positive samples (per sample,
+or one mixture per group: spec 3.7)."""
 from __future__ import annotations
 
 import torch
 
-from .groups import group_mean_std, group_normalize
+from .groups import _group_sum, group_mean_std, group_normalize
+from .simplex_qp import minimize_on_simplex
 
 #: Objectives whose advantages span no more than this are tied: the mixture is uniform (spec 3.5).
 TIE_SPAN = 1e-6
@@ -15,13 +17,14 @@ def objective_advantages(rewards, index, n_groups, weights, correction, adv_eps,
     return weights * group_normalize(rewards, index, n_groups, correction, adv_eps, std_scope)
 
 
-def exploration_bias(score, advantages, index, n_groups, correction, eps, explore):
+def exploration_bias(score, advantages, index, n_groups, correction, eps, explore, center=False):
     """``lambda = beta * tanh(|q| / (std_g(q) + eps))`` where ``mean_k A > 0``, else 0.
 
+    ``center=True`` (spec 3.6) measures ``|q - mean_g(q)|`` instead of ``|q|``.
     Args: ``score [B]`` trajectory scores, ``advantages [B, K]``. Returns ``[B]``.
     """
-    _, spread, _ = group_mean_std(score, index, n_groups, correction)
-    strength = score.abs() / (spread + eps)
+    mean, spread, _ = group_mean_std(score, index, n_groups, correction)
+    strength = (score - mean if center else score).abs() / (spread + eps)
     positive = advantages.mean(dim=-1) > 0
     return torch.where(positive, explore * torch.tanh(strength), torch.zeros_like(score))
 
@@ -44,3 +47,16 @@ def min_norm_fusion(advantages: torch.Tensor, lambdas: torch.Tensor):
     mixture.scatter_add_(1, high_index.unsqueeze(1), upper_mass.unsqueeze(1))
     uniform = torch.full_like(advantages, 1.0 / n_objectives)
     return combined, torch.where(tied.unsqueeze(1), uniform, mixture)
+
+
+def group_fusion(advantages: torch.Tensor, lambdas: torch.Tensor, index: torch.Tensor, n_groups: int):
+    """One mixture per group: ``c_g = argmin_{c in simplex} |A_g c|^2 - lambda_g^T A_g c`` (spec 3.7).
+
+    Args: ``advantages [B, K]``, ``lambdas [B]``, ``index [B]`` dense group of each sample, G.
+    Returns: ``combined [B]`` (``A_g c_g`` row by row) and ``mixture [B, K]`` (each member's ``c_g``).
+    """
+    outer = advantages.unsqueeze(-1) * advantages.unsqueeze(-2)  # [B, K, K]
+    quadratic = _group_sum(outer, index, n_groups)  # A_g^T A_g: [G, K, K]
+    linear = _group_sum(lambdas.unsqueeze(-1) * advantages, index, n_groups)  # A_g^T lambda_g: [G, K]
+    mixture = minimize_on_simplex(quadratic, linear)[index]
+    return (mixture * advantages).sum(dim=-1), mixture

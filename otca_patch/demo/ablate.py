@@ -1,185 +1,124 @@
-"""``otca-patch ablate``: every credit mode over several GRPO seeds on the demo task, as a table of
-mean +- std per objective and for the balanced score in the layout of the paper's Table 4 (rows:
-methods with their TCD / MOCA switches; columns: metrics)."""
+"""``otca-patch ablate``: every credit mode and the controls of ``variants`` over several GRPO seeds on
+the demo task, as a table in the layout of the paper's Table 4 (rows: methods with their TCD / MOCA
+switches; columns: each objective's fraction of the base-to-oracle gap closed, their mean, and the
+drift from the base), mean [95% t-interval] over seeds, and each row minus Multi-GRPO paired by seed."""
 from __future__ import annotations
 
 import argparse
-import math
 import shlex
 import sys
 import time
 from pathlib import Path
 
-import numpy as np
+from .cli import fail, parse
+from otca_patch.flags import add_flags, from_namespace
 
-from otca_patch.credit import MODES, STEP_WEIGHTED_MODES
+from .config import DemoConfig
+from .report import interval
+from .variants import ABLATION_ORDER, VARIANTS
 
-from .cli import fail
-from .config import DemoConfig, add_dataclass_flags, dataclass_from_args
-
-#: Table rows, in the paper's order: baselines first, then the two components and their union.
-ABLATION_ORDER = ("sum", "multi_grpo", "gdpo", "tcd", "moca", "otca")
-METHOD_NAMES = {
-    "sum": "Vanilla DanceGRPO (summed reward)",
-    "multi_grpo": "Multi-GRPO (per-reward normalisation)",
-    "gdpo": "GDPO (batch-normalised sum)",
-    "tcd": "+ TCD only",
-    "moca": "+ MOCA only",
-    "otca": "OTCA (TCD + MOCA)",
-}
-assert set(ABLATION_ORDER) == set(MODES)
-DEFAULTS = {"out": "runs/ablate", "base_cache": "runs/demo", "modes": ",".join(ABLATION_ORDER)}
+#: The reference of the paired differences: the fair vanilla (per-reward normalisation).
+REFERENCE = "multi_grpo"
+DEFAULTS = {"out": "runs/ablate", "base_cache": "runs/demo", "resume": True,
+            "modes": ",".join([REFERENCE] + [m for m in ABLATION_ORDER if m != REFERENCE])}
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="otca-patch ablate", description=__doc__.split("\n\n")[0],
         epilog="Writes ablation.md and ablation.json into --out. The base model is shared by every run and "
-               "cached in --base-cache (default: the demo's folder, so a previous demo run is reused).",
+               "cached in --base_cache (default: the demo's folder, so a previous demo run is reused). The first "
+               "of --modes is the reference of the paired differences.",
     )
-    parser.add_argument("--seeds", default="0,1,2", help="comma-separated GRPO seeds (default: 0,1,2)")
-    add_dataclass_flags(parser, DemoConfig, skip=("seed",), defaults=DEFAULTS)
+    add_flags(parser, DemoConfig, defaults=DEFAULTS)
+    parser.add_argument("--no_resume", dest="resume", action="store_false", help="turn --resume off (on by default here)")
     return parser
 
 
-def parse_seeds(text: str) -> list[int]:
-    try:
-        seeds = [int(s) for s in text.split(",") if s.strip()]
-    except ValueError:
-        raise ValueError(f"--seeds: expected comma-separated integers, got {text!r}") from None
-    if not seeds:
-        raise ValueError("--seeds: name at least one seed")
-    if len(set(seeds)) != len(seeds):
-        raise ValueError(f"--seeds: a seed is named twice in {text!r}")
-    return seeds
-
-
 def main(argv=None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser()
+    parser, argv, args, code = parse(build_parser, argv)
+    if args is None:
+        return code
     try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:
-        return int(exc.code or 0)
-    try:
-        seeds = parse_seeds(args.seeds)
-        config = dataclass_from_args(DemoConfig, args, seed=seeds[0])
+        config = from_namespace(DemoConfig, args)
+        from .variants import check_available
+
+        check_available(config.mode_list())
     except ValueError as exc:
         return fail(parser.prog, str(exc))
+    from .experiment import run_experiment
     from .files import atomic_write_json, atomic_write_text
 
     started = time.perf_counter()
     try:
-        result = run_ablation(config, seeds)
+        result = run_experiment(config, log=lambda msg: print(msg, file=sys.stderr))
     except (ValueError, OSError) as exc:
         return fail(parser.prog, str(exc), code=1)
-    result["seconds"] = time.perf_counter() - started
+    result["seconds"]["total"] = time.perf_counter() - started
     command = " ".join(["otca-patch ablate"] + [shlex.quote(a) for a in argv])
     out = Path(config.out)
     atomic_write_json(out / "ablation.json", result)
     atomic_write_text(out / "ablation.md", render_markdown(result, command))
     print(render_table(result))
-    print(f"\nwrote {out / 'ablation.md'} and {out / 'ablation.json'} in {result['seconds']:.0f} s")
+    print(f"\nwrote {out / 'ablation.md'} and {out / 'ablation.json'} in {result['seconds']['total']:.0f} s")
     return 0
 
 
-def run_ablation(config: DemoConfig, seeds: list[int], log=None) -> dict:
-    """Every mode of ``config.modes`` for every seed; returns per-run finals and the aggregated table."""
-    from .experiment import ensure_base_model, summarise
-    from .jobs import Job, run_jobs
-
-    log = log or (lambda msg: print(msg, file=sys.stderr))
-    modes = config.mode_list()
-    info = ensure_base_model(config, log=log)
-    jobs = [Job(config={**config.to_dict(), "seed": seed}, mode=mode, base_path=info["path"])
-            for seed in seeds for mode in modes]
-    outputs = run_jobs(jobs, config.workers, config, desc="ablate")
-    per_seed, base = {}, None
-    for index, seed in enumerate(seeds):
-        chunk = outputs[index * len(modes):(index + 1) * len(modes)]
-        summary = summarise(config, modes, chunk, info)
-        base = summary["base"]  # the same for every seed: one base model, one evaluation set
-        per_seed[seed] = {m: {"final_rewards": summary["modes"][m]["final_rewards"],
-                              "final_balanced": summary["modes"][m]["final_balanced"],
-                              "balanced": summary["modes"][m]["balanced"],
-                              "eval_iterations": summary["modes"][m]["history"]["eval_iterations"]}
-                          for m in modes}
-    objectives = list(base["rewards"])
-    table = {}
-    for mode in modes:
-        columns = {k: [per_seed[s][mode]["final_rewards"][k] for s in seeds] for k in objectives}
-        columns["balanced"] = [per_seed[s][mode]["final_balanced"] for s in seeds]
-        table[mode] = {name: _mean_std(values) for name, values in columns.items()}
-    return {"config": config.to_dict(), "seeds": seeds, "modes": modes, "objectives": objectives,
-            "base": base, "per_seed": {str(s): v for s, v in per_seed.items()}, "table": table}
-
-
-def _mean_std(values: list) -> dict:
-    array = np.asarray(values, dtype=float)
-    std = float(array.std(ddof=1)) if len(array) > 1 else math.nan
-    return {"mean": float(array.mean()), "std": std, "values": array.tolist()}
-
-
-def _cell(stat: dict, digits: int = 4) -> str:
-    if math.isnan(stat["std"]):
-        return f"{stat['mean']:.{digits}f}"
-    return f"{stat['mean']:.{digits}f} ± {stat['std']:.{digits}f}"
+def _order(modes: list) -> list:
+    return sorted(modes, key=ABLATION_ORDER.index)
 
 
 def render_table(result: dict) -> str:
-    """The Table-4 layout: method, TCD, MOCA, one column per objective, balanced score."""
+    """The Table-4 layout: method, TCD, MOCA, one column per objective's gap closed, mean, drift."""
     objectives = result["objectives"]
-    header = "| Method | mode | TCD | MOCA | " + " | ".join(objectives) + " | balanced |"
-    lines = [header, "|---|---|:-:|:-:|" + "---:|" * (len(objectives) + 1)]
-    base = result["base"]["rewards"]
-    lines.append("| Base model (before GRPO) | – | – | – | " + " | ".join(f"{base[k]:.4f}" for k in objectives) + " | 0.000 |")
-    for mode in sorted(result["modes"], key=ABLATION_ORDER.index):
-        row = result["table"][mode]
-        tcd = "✓" if mode in STEP_WEIGHTED_MODES else "✗"
-        moca = "✓" if mode in ("moca", "otca") else "✗"
-        cells = [_cell(row[k]) for k in objectives] + [_cell(row["balanced"], 3)]
-        lines.append(f"| {METHOD_NAMES[mode]} | `{mode}` | {tcd} | {moca} | " + " | ".join(cells) + " |")
+    lines = ["| Method | variant | TCD | MOCA | " + " | ".join(objectives) + " | mean gap closed | drift |",
+             "|---|---|:-:|:-:|" + "---:|" * (len(objectives) + 2)]
+    for mode in _order(result["modes"]):
+        variant, row = VARIANTS[mode], result["table"][mode]
+        tcd = ("✓ (batch)" if variant.options.get("weight_scope") == "batch" else "✓") if variant.step_weighted else "✗"
+        moca = "✓" if variant.fuses else "✗"
+        cells = [interval(row[c]) for c in objectives + ["mean_gap_closed"]] + [interval(row["drift"], 4)]
+        lines.append(f"| {variant.description} | `{mode}` | {tcd} | {moca} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
-def _reading(result: dict, ranking: list) -> str:
-    """Plain statements the table supports: which modes end below the base, and whether the top two separate."""
-    table = result["table"]
-    below = [m for m in ranking if table[m]["balanced"]["mean"] < 0]
-    notes = []
-    if below:
-        notes.append(f"{len(below)} of {len(ranking)} modes end below the base model's balanced score (0): "
-                     + ", ".join(f"`{m}`" for m in below) + ".")
-    if len(ranking) > 1:
-        first, second = (table[m]["balanced"] for m in ranking[:2])
-        gap, noise = first["mean"] - second["mean"], max(first["std"], second["std"])
-        separable = not math.isnan(noise) and gap > noise
-        notes.append(f"`{ranking[0]}` leads `{ranking[1]}` by {gap:.3f}, "
-                     + ("more than" if separable else "not more than")
-                     + (f" the larger of their seed stds ({noise:.3f})" if not math.isnan(noise) else " (one seed: no std)")
-                     + ("." if separable else ": not separated by these seeds."))
-    return " ".join(notes)
+def render_differences(result: dict) -> str:
+    objectives, reference = result["objectives"], result["reference_mode"]
+    lines = [f"| variant - `{reference}` | " + " | ".join(objectives) + " | mean gap closed | drift | verdict |",
+             "|---|" + "---:|" * (len(objectives) + 2) + "---|"]
+    for mode in _order(list(result["comparisons"])):
+        diff = result["comparisons"][mode]
+        cells = [interval(diff[c]) for c in objectives + ["mean_gap_closed"]] + [interval(diff["drift"], 4)]
+        lines.append(f"| `{mode}` | " + " | ".join(cells) + f" | {result['verdicts'][mode]} |")
+    return "\n".join(lines)
 
 
 def render_markdown(result: dict, command: str) -> str:
     cfg, seeds = result["config"], result["seeds"]
-    ranking = sorted(result["modes"], key=lambda m: -result["table"][m]["balanced"]["mean"])
     return "\n".join([
-        "# Ablation on the demo task (the paper's Table 4 layout)",
+        "# Ablation on the demo task (the paper's Table 4 layout, with controls)",
         "",
         f"Command: `{command}`; seeds {', '.join(map(str, seeds))}; {cfg['grpo_steps']} GRPO iterations x "
-        f"{cfg['prompts_per_step']} prompts x {cfg['group_size']} samples per run, {cfg['sampling_steps']} sampling steps. "
-        "Every run starts from the same cached base model; within a seed every mode draws the same prompts and noise.",
+        f"{cfg['prompts_per_step']} prompts x {cfg['group_size']} samples per run, {cfg['sampling_steps']} sampling steps, "
+        f"lr {cfg['learning_rate']}, clip {cfg['clip_range']}. Every run starts from the same cached base model; within a "
+        "seed every variant draws the same prompts and noise.",
         "",
-        "Final evaluation reward per objective and balanced score (mean z-score against the base model, see "
-        "`otca_patch/demo/evaluation.py`), mean ± sample std over seeds. Higher is better everywhere.",
+        "Base model " + ", ".join(f"{k} {v:.4f}" for k, v in result["base"].items()) + "; oracle (clean renders) "
+        + ", ".join(f"{k} {v:.4f}" for k, v in result["oracle"].items()) + ".",
+        "",
+        "Fraction of the base-to-oracle gap closed per objective (0 = base, 1 = oracle), their mean, and the drift (mean "
+        "per-step Gaussian KL to the base model on the evaluation set); mean [95% t-interval] over seeds:",
         "",
         render_table(result),
         "",
-        "Ranking by mean balanced score: " + " > ".join(f"`{m}` ({result['table'][m]['balanced']['mean']:+.3f})" for m in ranking) + ".",
+        f"Paired by seed, each variant minus `{result['reference_mode']}`:",
         "",
-        _reading(result, ranking),
+        render_differences(result),
         "",
-        f"Wall time: {result.get('seconds', 0):.0f} s.",
+        "Controls: `tcd_batch` keeps only TCD's batch-mean step schedule (if it matches `tcd`, TCD's per-trajectory "
+        "credit adds nothing here); `multi_grpo_moca_rms` is Multi-GRPO shrunk to MOCA's advantage RMS (if it matches "
+        "`moca`, MOCA acts as a smaller step); `moca_beta0`, `moca_centred`, `moca_group` change MOCA's bias and fusion.",
+        "",
+        f"Wall time: {result['seconds']['total']:.0f} s.",
         "",
     ])

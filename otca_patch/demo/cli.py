@@ -1,5 +1,6 @@
-"""``otca-patch demo``: vanilla DanceGRPO credit (``sum``) against OTCA on a tiny FLUX-architecture
-model, on the CPU, in minutes; writes a report folder (``runs/demo/`` by default)."""
+"""``otca-patch demo``: OTCA against Multi-GRPO (per-reward normalisation, the fair vanilla) on a tiny
+FLUX-architecture model over paired seeds, on the CPU, in minutes; writes a report folder
+(``runs/demo/`` by default)."""
 from __future__ import annotations
 
 import argparse
@@ -7,16 +8,19 @@ import shlex
 import sys
 import time
 
-from .config import DemoConfig, add_dataclass_flags, dataclass_from_args
+from otca_patch.flags import add_flags, from_namespace
+
+from .config import DemoConfig
 
 
 def build_parser(prog: str = "otca-patch demo") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=prog, description=__doc__.split("\n\n")[0],
         epilog="Writes report.md, metrics.json, reward_curves.png, step_weights.png and mixture.png into --out, "
-               "and caches the base model there (reused by the next run with the same base-model flags).",
+               "and caches the base model there (reused by the next run with the same base-model flags). "
+               "Runs are paired by seed; every objective is reported as the fraction of the base-to-oracle gap closed.",
     )
-    add_dataclass_flags(parser, DemoConfig)
+    add_flags(parser, DemoConfig)
     return parser
 
 
@@ -26,15 +30,23 @@ def fail(prog: str, message: str, code: int = 2) -> int:
     return code
 
 
-def main(argv=None) -> int:
+def parse(build, argv):
+    """``(parser, argv, args, None)``, or ``args = None`` and argparse's own exit code (help, or a value
+    of the wrong type); ``argv = None`` reads ``sys.argv``."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser()
+    parser = build()
     try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:  # argparse's exit (help, or a value of the wrong type), as a return code
-        return int(exc.code or 0)
+        return parser, argv, parser.parse_args(argv), None
+    except SystemExit as exc:
+        return parser, argv, None, int(exc.code or 0)
+
+
+def main(argv=None) -> int:
+    parser, argv, args, code = parse(build_parser, argv)
+    if args is None:
+        return code
     try:
-        config = dataclass_from_args(DemoConfig, args)
+        config = from_namespace(DemoConfig, args)
     except ValueError as exc:
         return fail(parser.prog, str(exc))
     started = time.perf_counter()
@@ -46,15 +58,19 @@ def main(argv=None) -> int:
         paths = write_report(result, config.out, command=" ".join(["otca-patch demo"] + [shlex.quote(a) for a in argv]))
     except (ValueError, OSError) as exc:
         return fail(parser.prog, str(exc), code=1)
-    print(f"wrote {', '.join(str(p) for p in paths)} in {time.perf_counter() - started:.0f} s")
     print(_summary(result))
+    print(f"wrote {', '.join(str(p) for p in paths)} in {time.perf_counter() - started:.0f} s "
+          f"(CPU: base model {result['seconds']['base_model_cpu']:.0f} s, GRPO {result['seconds']['grpo_cpu']:.0f} s)")
     return 0
 
 
 def _summary(result: dict) -> str:
-    lines = []
-    for mode, data in result["modes"].items():
-        rewards = ", ".join(f"{k} {v:.3f}" for k, v in data["final_rewards"].items())
-        lines.append(f"  {mode:<10} balanced {data['final_balanced']:+.3f}  ({rewards})")
-    base = ", ".join(f"{k} {v:.3f}" for k, v in result["base"]["rewards"].items())
-    return "\n".join([f"  {'base':<10} balanced +0.000  ({base})"] + lines)
+    from .report import comparison_table, results_table
+
+    lines = ["base   " + ", ".join(f"{k} {v:.4f}" for k, v in result["base"].items()),
+             "oracle " + ", ".join(f"{k} {v:.4f}" for k, v in result["oracle"].items()), "",
+             "gap closed, mean [95% interval] over seeds " + ", ".join(map(str, result["seeds"])) + ":",
+             results_table(result)]
+    if result["comparisons"]:
+        lines += ["", comparison_table(result), ""] + list(result["verdicts"].values())
+    return "\n".join(lines)

@@ -1,70 +1,76 @@
-"""The demo's one configuration object: every field is a command-line flag (``--grpo-steps`` for
-``grpo_steps``), so the flags, their defaults and their checks live in one place."""
+"""The demo's one configuration object: every field is a command-line flag (``--grpo_steps`` for
+``grpo_steps``, made by the project's one flag generator ``otca_patch.flags``), so the flags, their
+defaults and their checks live in one place."""
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
-from dataclasses import MISSING, asdict, dataclass, field, fields
-from typing import Optional
+from dataclasses import asdict, dataclass
 
-from otca_patch.credit import MODES
+from otca_patch.flags import flag
 
-
-def _flag(help_text: str, default, **extra):
-    return field(default=default, metadata={"help": help_text, **extra})
 
 
 @dataclass
 class DemoConfig:
-    """Sizes and hyper-parameters of the embedded demo (defaults: about 3 minutes on 2 CPU cores).
+    """Sizes and hyper-parameters of the embedded demo (defaults: a few minutes on 2 CPU cores).
 
-    The GRPO defaults follow DanceGRPO's FLUX script (eta 0.3, shift 3, timestep_fraction 0.6,
-    adv_clip_max 5, the same initial noise within a group); learning rate, clip range and sizes are
-    scaled to a 70k-parameter model trained for a few dozen iterations on a CPU.
+    The GRPO defaults follow DanceGRPO's FLUX script where the paper fixes them (eta 0.3, shift 3,
+    advantage clip 5, the same initial noise within a group), and the paper's appendix A.5 where
+    it differs: PPO ratio clip 1e-4 and every step trained (no timestep fraction). The learning
+    rate is scaled to a 70k-parameter model: the value at which single-objective GRPO improves its
+    objective steadily (``tests/test_demo_learning.py``); one optimizer step per iteration, as one
+    DanceGRPO rank with gradient accumulation over its rollouts.
     """
 
-    out: str = _flag("output folder (report, plots, cached base model)", "runs/demo")
-    seed: int = _flag("seed of GRPO: prompts, initial noise and SDE noise (the same for every mode)", 0)
-    modes: str = _flag("comma-separated credit modes to compare, first one is the reference", "sum,otca")
+    out: str = flag("output folder (report, plots, cached base model)", "runs/demo")
+    modes: str = flag("comma-separated credit variants to compare (a mode of otca_patch.credit or a control of "
+                       "otca_patch.demo.variants); the first one is the reference", "multi_grpo,otca")
+    seeds: str = flag("comma-separated GRPO seeds (prompts, initial and SDE noise; the same for every variant, "
+                       "so runs are paired by seed)", "0,1,2,3")
     # --- base model (cached under the base cache folder by a hash of these fields)
-    base_seed: int = _flag("seed of the base model's initialisation and pre-training", 0)
-    base_cache: str = _flag("folder holding the cached base model ('' = the output folder)", "")
-    image_size: int = _flag("image side in pixels (even)", 16)
-    heads: int = _flag("attention heads of the tiny FLUX transformer", 2)
-    head_dim: int = _flag("attention head dimension (a multiple of 4)", 16)
-    layers: int = _flag("double-stream (joint) blocks", 1)
-    single_layers: int = _flag("single-stream blocks", 1)
-    text_dim: int = _flag("width of the prompt-word embeddings (joint and pooled projection dim)", 32)
-    pretrain_steps: int = _flag("flow-matching steps of the base model", 600)
-    pretrain_batch: int = _flag("images per flow-matching step", 64)
-    pretrain_lr: float = _flag("AdamW learning rate of pre-training", 3e-3)
+    base_seed: int = flag("seed of the base model's initialisation and pre-training", 0)
+    base_cache: str = flag("folder holding the cached base model ('' = the output folder)", "")
+    image_size: int = flag("image side in pixels (even)", 12)
+    heads: int = flag("attention heads of the tiny FLUX transformer", 2)
+    head_dim: int = flag("attention head dimension (a multiple of 4)", 16)
+    layers: int = flag("double-stream (joint) blocks", 1)
+    single_layers: int = flag("single-stream blocks", 1)
+    text_dim: int = flag("width of the prompt-word embeddings (joint and pooled projection dim)", 32)
+    pretrain_steps: int = flag("flow-matching steps of the base model", 800)
+    pretrain_batch: int = flag("images per flow-matching step", 64)
+    pretrain_lr: float = flag("AdamW learning rate of pre-training", 3e-3)
+    corrupt_prob: float = flag("probability of each corruption (colour jitter, blur, misplacement) in the "
+                                "pre-training mixture", 0.5)
     # --- GRPO (DanceGRPO's FLUX trainer)
-    grpo_steps: int = _flag("GRPO iterations (rollout + update) per mode", 60)
-    prompts_per_step: int = _flag("prompts per iteration", 4)
-    group_size: int = _flag("samples per prompt (DanceGRPO's num_generations)", 8)
-    sampling_steps: int = _flag("SDE sampling steps T", 10)
-    eta: float = _flag("SDE noise level", 0.3)
-    shift: float = _flag("time shift of the sigma schedule, shift*s/(1+(shift-1)*s)", 3.0)
-    init_same_noise: bool = _flag("share the initial noise within each group (DanceGRPO --init_same_noise)", True)
-    timestep_fraction: float = _flag("fraction of the T-1 trained steps each sample trains, in random order", 0.6)
-    clip_range: float = _flag("PPO ratio clip range", 1e-3)
-    adv_clip_max: float = _flag("advantage clipping bound", 5.0)
-    learning_rate: float = _flag("AdamW learning rate of GRPO", 3e-4)
-    weight_decay: float = _flag("AdamW weight decay of GRPO", 1e-4)
-    max_grad_norm: float = _flag("gradient-norm clip", 1.0)
-    micro_batch: int = _flag("samples per forward pass in the update (upstream: 1)", 8)
-    grad_accum: int = _flag("micro-batches per optimizer step", 2)
+    grpo_steps: int = flag("GRPO iterations (rollout + update) per run", 60)
+    prompts_per_step: int = flag("prompts per iteration", 4)
+    group_size: int = flag("samples per prompt (DanceGRPO's num_generations)", 8)
+    sampling_steps: int = flag("SDE sampling steps T", 8)
+    eta: float = flag("SDE noise level", 0.3)
+    shift: float = flag("time shift of the sigma schedule, shift*s/(1+(shift-1)*s)", 3.0)
+    init_same_noise: bool = flag("share the initial noise within each group (DanceGRPO --init_same_noise)", True)
+    timestep_fraction: float = flag("fraction of the T-1 trainable steps each sample trains, in random order "
+                                     "(the paper: 1, no timestep fraction)", 1.0)
+    clip_range: float = flag("PPO ratio clip range (the paper's 1e-4)", 1e-4)
+    adv_clip_max: float = flag("advantage clipping bound", 5.0)
+    learning_rate: float = flag("AdamW learning rate of GRPO", 1e-4)
+    weight_decay: float = flag("AdamW weight decay of GRPO", 1e-4)
+    max_grad_norm: float = flag("gradient-norm clip", 1.0)
+    micro_batch: int = flag("samples per forward pass in the update (upstream: 1; the gradient is the same)", 32)
+    grad_accum: int = flag("micro-batches per optimizer step", 1)
     # --- evaluation
-    eval_every: int = _flag("evaluate every this many iterations", 5)
-    eval_prompts: int = _flag("fixed evaluation prompts", 16)
-    eval_samples_per_prompt: int = _flag("samples per evaluation prompt", 2)
-    eval_seed: int = _flag("seed of the evaluation prompts and noise (the same for every mode and seed)", 1234)
+    eval_every: int = flag("evaluate every this many iterations", 10)
+    eval_prompts: int = flag("fixed evaluation prompts", 32)
+    eval_samples_per_prompt: int = flag("samples per evaluation prompt", 2)
+    eval_seed: int = flag("seed of the evaluation prompts and noise (the same for every variant and seed)", 1234)
     # --- run
-    threads: int = _flag("torch CPU threads per process (0 = torch's default); tiny matrices gain nothing from "
+    threads: int = flag("torch CPU threads per process (0 = torch's default); tiny matrices gain nothing from "
                          "more, and numbers are reproducible for a fixed thread count", 1)
-    workers: int = _flag("processes running GRPO runs side by side (each with --threads threads); 1 = inline", 2)
-    quiet: bool = _flag("no progress bars", False)
+    workers: int = flag("processes running GRPO runs side by side (each with --threads threads); 1 = inline", 2)
+    quiet: bool = flag("no progress bars", False)
+    resume: bool = flag("keep each finished GRPO run under <out>/finished_runs/ and reuse the runs whose variant, "
+                        "seed and training fields match (an interrupted run continues where it stopped)", False)
 
     def __post_init__(self) -> None:
         self.validate()
@@ -77,6 +83,8 @@ class DemoConfig:
                     "eval_prompts", "eval_samples_per_prompt", "workers"]
         for name in positive:
             _require(name, getattr(self, name) >= 1, "must be >= 1")
+        _require("corrupt_prob", 0 <= self.corrupt_prob <= 1, "must lie in [0, 1]")
+        self.seed_list()  # checks the seeds
         for name in ("layers", "single_layers", "pretrain_steps", "threads"):
             _require(name, getattr(self, name) >= 0, "must be >= 0")
         _require("layers", self.layers + self.single_layers >= 1, "the transformer needs at least one block")
@@ -99,12 +107,24 @@ class DemoConfig:
         self.mode_list()  # checks the names
 
     def mode_list(self) -> list[str]:
+        """The credit variants to run (checked against ``variants.VARIANTS``)."""
+        from .variants import VARIANTS
+
         names = [m.strip() for m in self.modes.split(",") if m.strip()]
         _require("modes", bool(names), "name at least one credit mode")
-        unknown = [m for m in names if m not in MODES]
-        _require("modes", not unknown, f"unknown credit mode {unknown[0]!r} (valid: {', '.join(MODES)})" if unknown else "")
+        unknown = [m for m in names if m not in VARIANTS]
+        _require("modes", not unknown, f"unknown credit mode {unknown[0]!r} (valid: {', '.join(VARIANTS)})" if unknown else "")
         _require("modes", len(set(names)) == len(names), "a mode is named twice")
         return names
+
+    def seed_list(self) -> list[int]:
+        try:
+            seeds = [int(s) for s in self.seeds.split(",") if s.strip()]
+        except ValueError:
+            raise ValueError(f"--seeds: expected comma-separated integers, got {self.seeds!r}") from None
+        _require("seeds", bool(seeds), "name at least one seed")
+        _require("seeds", len(set(seeds)) == len(seeds), f"a seed is named twice in {self.seeds!r}")
+        return seeds
 
     # ------------------------------------------------------------------ derived
     @property
@@ -119,7 +139,7 @@ class DemoConfig:
     def base_model_key(self) -> str:
         """Hash of every field the base model depends on (its cache name)."""
         keys = ("base_seed", "image_size", "heads", "head_dim", "layers", "single_layers", "text_dim",
-                "pretrain_steps", "pretrain_batch", "pretrain_lr")
+                "pretrain_steps", "pretrain_batch", "pretrain_lr", "corrupt_prob")
         payload = json.dumps({k: getattr(self, k) for k in keys} | {"format": BASE_MODEL_FORMAT}, sort_keys=True)
         return hashlib.sha256(payload.encode()).hexdigest()[:12]
 
@@ -128,42 +148,19 @@ class DemoConfig:
 
 
 #: Bumped whenever the base model's data, architecture or training changes meaning.
-BASE_MODEL_FORMAT = 1
+BASE_MODEL_FORMAT = 2
 
 
 def _require(name: str, ok: bool, message: str) -> None:
     if not ok:
-        raise ValueError(f"--{name.replace('_', '-')}: {message}")
-
-
-# ---------------------------------------------------------------------- argparse from dataclasses
-
-def add_dataclass_flags(parser: argparse.ArgumentParser, cls, skip: tuple = (), defaults: Optional[dict] = None) -> None:
-    """One ``--kebab-name`` flag per dataclass field (bools become ``--x/--no-x``)."""
-    defaults = defaults or {}
-    for f in fields(cls):
-        if f.name in skip:
-            continue
-        default = defaults.get(f.name, f.default if f.default is not MISSING else None)
-        flag = "--" + f.name.replace("_", "-")
-        help_text = f"{f.metadata.get('help', '')} (default: {default})"
-        if isinstance(default, bool):
-            parser.add_argument(flag, dest=f.name, default=default, action=argparse.BooleanOptionalAction, help=help_text)
-        else:
-            parser.add_argument(flag, dest=f.name, default=default, type=type(default), help=help_text)
-
-
-def dataclass_from_args(cls, args: argparse.Namespace, **overrides):
-    values = {f.name: getattr(args, f.name) for f in fields(cls) if hasattr(args, f.name)}
-    values.update(overrides)
-    return cls(**values)
+        raise ValueError(f"--{name}: {message}")
 
 
 #: Seconds-scale sizes for tests and smoke runs (the machinery, not a meaningful experiment).
 TINY_SIZES = dict(
     image_size=8, heads=1, head_dim=8, layers=1, single_layers=0, text_dim=8, pretrain_steps=4, pretrain_batch=8,
     grpo_steps=2, prompts_per_step=2, group_size=2, sampling_steps=3, micro_batch=2, grad_accum=1, eval_every=1,
-    eval_prompts=2, eval_samples_per_prompt=1, workers=1, quiet=True,
+    eval_prompts=2, eval_samples_per_prompt=1, workers=1, quiet=True, seeds="0",
 )
 
 

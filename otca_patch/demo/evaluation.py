@@ -1,28 +1,32 @@
-"""Evaluation on a fixed prompt set with fixed noise (identical for every mode and seed), and the
-balanced score that summarises K objectives in one number.
+"""Evaluation on a fixed prompt set with fixed noise (identical for every variant and seed): each
+objective's mean reward, the oracle (the clean renders of the same prompts), the fraction of the
+base-to-oracle gap a run closed, and the run's drift from the base model.
 
-Balanced score: the mean over objectives of the z-score of the mean evaluation reward relative to
-the base model, ``mean_k (mean_reward_k - base_mean_k) / base_std_k``, where ``base_mean_k`` and
-``base_std_k`` are the mean and the across-sample std of objective k over the base model's
-evaluation samples. The base model scores 0; +1 is "one base-model standard deviation better on
-average over the objectives". Each objective counts equally whatever its units.
+- Gap closed, per objective: ``(run - base) / (oracle - base)``: 0 is the base model, 1 the clean
+  renders (every objective's known optimum), negative is worse than the base.
+- Drift: the mean over evaluation samples and sampling steps of the Gaussian KL between the policy's
+  SDE transition and the base model's at the policy's own states,
+  ``mean_elements (mu_policy - mu_base)^2 / (2 std_t^2)`` (both share ``std_t``). It measures how far
+  a run moved, whatever direction: a run that closed less of the gap *and* moved less has not
+  "balanced" the objectives, it has only trained less.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 import torch
 
 from .config import DemoConfig
-from .data import sample_prompts
+from .data import clean_render, sample_prompts
 from .model import TinyFlux, unpack
-from .objectives import objective_rewards
-from .sampling import sample_trajectories, sigma_schedule
+from .pixel_rewards import objective_rewards
+from .sampling import sample_trajectories, sde_transition, sigma_schedule
 
 
 @dataclass
 class EvalSet:
-    prompt_ids: torch.Tensor  # [E, 3]
+    prompt_ids: torch.Tensor  # [E, 4]
     noise: torch.Tensor  # [E, N, 4C] initial noise
     seed: int  # seed of the SDE noise, reset at every evaluation
 
@@ -34,22 +38,40 @@ def make_eval_set(config: DemoConfig, token_shape: tuple[int, int]) -> EvalSet:
     return EvalSet(prompt_ids=prompts, noise=noise, seed=config.eval_seed + 1)
 
 
-def evaluate(model: TinyFlux, eval_set: EvalSet, config: DemoConfig) -> torch.Tensor:
-    """Rewards ``[E, K]`` of the policy's images on the evaluation set (the training SDE, fixed noise)."""
+def oracle_rewards(eval_set: EvalSet, config: DemoConfig) -> torch.Tensor:
+    """``[E, K]`` rewards of the clean renders of the evaluation prompts (1 by construction)."""
+    return objective_rewards(clean_render(eval_set.prompt_ids, config.image_size), eval_set.prompt_ids)
+
+
+@torch.no_grad()
+def evaluate(model: TinyFlux, eval_set: EvalSet, config: DemoConfig,
+             reference: Optional[TinyFlux] = None) -> tuple[torch.Tensor, Optional[float]]:
+    """Rewards ``[E, K]`` of the policy's images on the evaluation set (the training SDE, fixed noise),
+    and the drift from ``reference`` (``None`` without one)."""
     generator = torch.Generator().manual_seed(eval_set.seed)
     sigmas = sigma_schedule(config.sampling_steps, config.shift)
     rollout = sample_trajectories(model, eval_set.prompt_ids, eval_set.noise, sigmas, config.eta, generator)
-    return objective_rewards(unpack(rollout.final_clean, config.image_size), eval_set.prompt_ids)
+    rewards = objective_rewards(unpack(rollout.final_clean, config.image_size), eval_set.prompt_ids)
+    if reference is None:
+        return rewards, None
+    return rewards, gaussian_drift(model, reference, rollout.latents, eval_set.prompt_ids, sigmas, config.eta)
 
 
-def balanced_score(mean_rewards: torch.Tensor, base_mean: torch.Tensor, base_std: torch.Tensor) -> torch.Tensor:
-    """``[..., K]`` mean rewards -> ``[...]`` balanced score (see the module docstring)."""
-    return ((mean_rewards - base_mean) / base_std.clamp(min=1e-8)).mean(dim=-1)
+def gaussian_drift(model: TinyFlux, reference: TinyFlux, latents: torch.Tensor, prompt_ids: torch.Tensor,
+                   sigmas: torch.Tensor, eta: float) -> float:
+    """Mean per-step, per-element KL of ``model``'s SDE transition to ``reference``'s at ``latents
+    [E, T+1, N, 4C]`` (states 0..T-1); both transitions share the std ``eta sqrt(sigma_t - sigma_t+1)``."""
+    kls = []
+    for t in range(latents.shape[1] - 1):
+        z = latents[:, t]
+        sigma, sigma_next = sigmas[t].expand(z.shape[0]), sigmas[t + 1].expand(z.shape[0])
+        own = sde_transition(z, model(z, sigma, prompt_ids), sigma, sigma_next, eta)
+        base = sde_transition(z, reference(z, sigma, prompt_ids), sigma, sigma_next, eta)
+        var = (own.std ** 2).view(-1, 1, 1)
+        kls.append(((own.mean - base.mean) ** 2 / (2 * var)).flatten(1).mean(1))
+    return float(torch.stack(kls, 1).mean())
 
 
-def steps_to_reach(iterations: list, scores: list, target: float):
-    """The first evaluated iteration whose score is >= ``target``, or ``None`` if never reached."""
-    for iteration, score in zip(iterations, scores):
-        if score >= target:
-            return iteration
-    return None
+def gap_closed(run: torch.Tensor, base: torch.Tensor, oracle: torch.Tensor) -> torch.Tensor:
+    """``[..., K]`` mean rewards -> ``[..., K]`` fraction of the base-to-oracle gap closed."""
+    return (run - base) / (oracle - base).clamp(min=1e-8)

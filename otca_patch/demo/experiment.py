@@ -1,5 +1,5 @@
-"""One comparison: the cached base model, then GRPO under each credit mode from the same weights
-with the same seeds; returns plain numbers for the report and ``metrics.json``."""
+"""One comparison: the cached base model, then GRPO under each credit variant and seed from the same
+weights (runs paired by seed); returns plain numbers for the report and ``metrics.json``."""
 from __future__ import annotations
 
 import time
@@ -7,12 +7,13 @@ from typing import Optional
 
 import torch
 
-from .config import DemoConfig
-from .evaluation import balanced_score, steps_to_reach
+from .config import BASE_MODEL_FORMAT, DemoConfig
+from .evaluation import gap_closed
 from .jobs import Job, run_jobs
-from .objectives import OBJECTIVES
+from .pixel_rewards import OBJECTIVES
 from .pretrain import load_or_train_base_model
 from .sampling import sigma_schedule
+from .stats import mean_interval, pareto_verdict
 
 
 def configure_torch(config: DemoConfig) -> None:
@@ -27,57 +28,99 @@ def ensure_base_model(config: DemoConfig, log=print) -> dict:
     return info
 
 
-def run_experiment(config: DemoConfig, modes: Optional[list] = None, log=print) -> dict:
-    """GRPO under each of ``modes`` (default ``config.mode_list()``), the first being the reference.
+def run_experiment(config: DemoConfig, modes: Optional[list] = None, seeds: Optional[list] = None, log=print) -> dict:
+    """GRPO under each of ``modes`` (default ``config.mode_list()``; the first is the reference) for each
+    of ``seeds`` (default ``config.seed_list()``). Returns the dict of ``summarise``, plus ``seconds``."""
+    from .variants import check_available
 
-    Returns a JSON-ready dict: ``config``, ``objectives``, ``sigmas``, ``base`` (evaluation means and
-    stds, model info), ``reference_mode``, ``modes`` (per mode: ``history``, ``final_rewards``,
-    ``balanced``, ``final_balanced``, ``steps_to_reference_final``, ``seconds``) and ``seconds``.
-    """
-    modes = modes or config.mode_list()
-    started = time.perf_counter()
+    modes, seeds = modes or config.mode_list(), seeds or config.seed_list()
+    check_available(modes)
+    started, cpu_started = time.perf_counter(), time.process_time()
     info = ensure_base_model(config, log=log)
-    base_seconds = time.perf_counter() - started
-    jobs = [Job(config=config.to_dict(), mode=mode, base_path=info["path"]) for mode in modes]
-    outputs = run_jobs(jobs, config.workers, config)
-    result = summarise(config, modes, outputs, info)
-    result["seconds"] = {"base_model": base_seconds, "total": time.perf_counter() - started}
+    base_seconds, base_cpu = time.perf_counter() - started, time.process_time() - cpu_started
+    jobs = [Job(config=config.to_dict(), mode=mode, seed=seed, base_path=info["path"]) for seed in seeds for mode in modes]
+    outputs = _run_or_resume(jobs, config, log)
+    result = summarise(config, jobs, outputs, info)
+    result["seconds"] = {"base_model": base_seconds, "base_model_cpu": base_cpu,
+                         "grpo_cpu": sum(o["cpu_seconds"] for o in outputs), "total": time.perf_counter() - started}
     return result
 
 
-def summarise(config: DemoConfig, modes: list, outputs: list, info: dict) -> dict:
-    """Turn job outputs (same seed, one per mode) into the result dict of ``run_experiment``."""
+def _run_or_resume(jobs: list, config: DemoConfig, log) -> list:
+    """Run the jobs; with ``config.resume``, keep each finished run under ``<out>/finished_runs/`` and
+    reuse those whose variant, seed and every training field match."""
+    import hashlib
+    import json
+    from pathlib import Path
+
+    from .files import atomic_write_json
+
+    if not config.resume:
+        return run_jobs(jobs, config.workers, config)
+    folder = Path(config.out) / "finished_runs"
+    ignored = ("out", "modes", "seeds", "workers", "threads", "quiet", "resume", "base_cache")
+    setting = {k: v for k, v in config.to_dict().items() if k not in ignored}
+
+    def path(job):
+        payload = json.dumps({"setting": setting, "mode": job.mode, "seed": job.seed, "format": BASE_MODEL_FORMAT},
+                             sort_keys=True)
+        return folder / f"{job.mode}-seed{job.seed}-{hashlib.sha256(payload.encode()).hexdigest()[:12]}.json"
+
+    outputs = {i: json.loads(path(job).read_text()) for i, job in enumerate(jobs) if path(job).is_file()}
+    if outputs:
+        log(f"reusing {len(outputs)} finished runs from {folder}")
+    missing = [i for i in range(len(jobs)) if i not in outputs]
+    fresh = run_jobs([jobs[i] for i in missing], config.workers, config,
+                     on_result=lambda index, output: atomic_write_json(path(jobs[missing[index]]), output))
+    outputs.update(zip(missing, fresh))
+    return [outputs[i] for i in range(len(jobs))]
+
+
+def summarise(config: DemoConfig, jobs: list, outputs: list, info: dict) -> dict:
+    """Job outputs -> ``config``, ``objectives``, ``base``/``oracle`` (per-objective eval means),
+    ``runs`` (``mode``, ``seed``, ``final``, ``gap_closed``, ``drift``, ``history``), ``table`` (per
+    variant: mean and 95% interval over seeds of every objective's gap closed, their mean, the
+    drift), ``comparisons`` (each variant against the first, paired by seed) and ``verdicts``."""
     base_rewards = torch.tensor(outputs[0]["base_eval"])  # identical in every job: same model, same eval set
-    base_mean, base_std = base_rewards.mean(0), base_rewards.std(0)
-    results = {}
-    for mode, output in zip(modes, outputs):
+    base_mean, oracle_mean = base_rewards.mean(0), torch.tensor(outputs[0]["oracle_eval"]).mean(0)
+    runs = []
+    for job, output in zip(jobs, outputs):
         history = output["history"]
-        eval_means = torch.tensor(history["eval_rewards"])  # [n_eval, K]
-        balanced = balanced_score(eval_means, base_mean, base_std)
-        results[mode] = {
-            "history": history,
-            "final_rewards": dict(zip(OBJECTIVES, eval_means[-1].tolist())),
-            "balanced": balanced.tolist(),
-            "final_balanced": float(balanced[-1]),
-            "seconds": output["seconds"],
-        }
+        final = torch.tensor(history["eval_rewards"][-1])
+        closed = gap_closed(final, base_mean, oracle_mean)
+        runs.append({"mode": job.mode, "seed": job.seed, "final": dict(zip(OBJECTIVES, final.tolist())),
+                     "gap_closed": dict(zip(OBJECTIVES, closed.tolist())), "mean_gap_closed": float(closed.mean()),
+                     "drift": history["drift"][-1], "seconds": output["seconds"], "history": history})
+    modes = list(dict.fromkeys(job.mode for job in jobs))
+    seeds = list(dict.fromkeys(job.seed for job in jobs))
+    by = {(r["mode"], r["seed"]): r for r in runs}
+    columns = list(OBJECTIVES) + ["mean_gap_closed", "drift"]
+
+    def value(run, column):
+        return run["gap_closed"][column] if column in OBJECTIVES else run[column]
+
+    table = {m: {c: mean_interval([value(by[m, s], c) for s in seeds]) for c in columns} for m in modes}
     reference = modes[0]
-    target = results[reference]["final_balanced"]
-    reference_final = results[reference]["final_rewards"]
-    for mode in modes:
-        history = results[mode]["history"]
-        results[mode]["steps_to_reference_final"] = steps_to_reach(history["eval_iterations"], results[mode]["balanced"], target)
-        # per objective: when the mode first matches the reference's final value of that objective
-        per_objective = torch.tensor(history["eval_rewards"]).T.tolist()  # [K][n_eval]
-        results[mode]["steps_to_reference_final_per_objective"] = {
-            k: steps_to_reach(history["eval_iterations"], values, reference_final[k])
-            for k, values in zip(OBJECTIVES, per_objective)}
+    comparisons, verdicts = {}, {}
+    for mode in modes[1:]:
+        comparisons[mode] = {c: mean_interval([value(by[mode, s], c) - value(by[reference, s], c) for s in seeds])
+                             for c in columns}
+        verdicts[mode] = pareto_verdict({k: comparisons[mode][k] for k in OBJECTIVES}, mode, reference)
+    improves_all = {m: [s for s in seeds if all(by[m, s]["gap_closed"][k] > 0 for k in OBJECTIVES)] for m in modes}
     return {
         "config": config.to_dict(),
         "objectives": list(OBJECTIVES),
         "sigmas": sigma_schedule(config.sampling_steps, config.shift).tolist(),
-        "base": {"rewards": dict(zip(OBJECTIVES, base_mean.tolist())), "reward_std": dict(zip(OBJECTIVES, base_std.tolist())),
-                 "model": info, "eval_samples": int(base_rewards.shape[0])},
+        "base": dict(zip(OBJECTIVES, base_mean.tolist())),
+        "oracle": dict(zip(OBJECTIVES, oracle_mean.tolist())),
+        "base_model": info,
+        "eval_samples": int(base_rewards.shape[0]),
+        "modes": modes,
+        "seeds": seeds,
         "reference_mode": reference,
-        "modes": results,
+        "runs": runs,
+        "table": table,
+        "comparisons": comparisons,
+        "verdicts": verdicts,
+        "seeds_improving_every_objective": improves_all,
     }

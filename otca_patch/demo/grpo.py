@@ -10,14 +10,15 @@ from typing import Callable, Optional
 
 import torch
 
-from otca_patch.credit import Credit, CreditConfig, compute_credit, group_ids_from_size
+from otca_patch.credit import group_ids_from_size
 
 from .config import DemoConfig
 from .data import sample_prompts
 from .evaluation import EvalSet, evaluate
 from .model import TinyFlux, unpack
-from .objectives import objective_rewards
+from .pixel_rewards import objective_rewards
 from .sampling import Rollout, gaussian_log_prob, sample_trajectories, sde_transition, sigma_schedule
+from .variants import Variant, variant_credit
 
 
 def ppo_clipped_loss(new_log_probs: torch.Tensor, old_log_probs: torch.Tensor, advantages: torch.Tensor,
@@ -42,15 +43,15 @@ _ROLLOUT, _ORDER = 0, 1
 class Batch:
     """One iteration's rollouts and their rewards (``B = prompts_per_step * group_size``)."""
 
-    prompt_ids: torch.Tensor  # [B, 3], groups contiguous (DanceGRPO's repeat_interleave)
+    prompt_ids: torch.Tensor  # [B, 4], groups contiguous (DanceGRPO's repeat_interleave)
     group_ids: torch.Tensor  # [B]
     rollout: Rollout
     rewards: torch.Tensor  # [B, K]
 
 
-def collect_batch(model: TinyFlux, config: DemoConfig, iteration: int) -> Batch:
+def collect_batch(model: TinyFlux, config: DemoConfig, seed: int, iteration: int) -> Batch:
     """Sample G trajectories for each of ``prompts_per_step`` prompts and score their images."""
-    generator = iteration_generator(config.seed, iteration, _ROLLOUT)
+    generator = iteration_generator(seed, iteration, _ROLLOUT)
     prompts = sample_prompts(config.prompts_per_step, generator)
     prompt_ids = prompts.repeat_interleave(config.group_size, dim=0)
     token_shape = model.token_shape
@@ -66,9 +67,9 @@ def collect_batch(model: TinyFlux, config: DemoConfig, iteration: int) -> Batch:
     return Batch(prompt_ids=prompt_ids, group_ids=group_ids, rollout=rollout, rewards=rewards)
 
 
-def assign_credit(batch: Batch, mode: str) -> Credit:
-    """The advantages ``[B, T]`` of ``mode`` from the credit engine (the code a real run uses)."""
-    return compute_credit(batch.rewards, batch.rollout.latents, batch.group_ids, CreditConfig(mode=mode))
+def assign_credit(batch: Batch, variant: Variant):
+    """``(credit, advantages [B, T])`` of ``variant`` from the credit engine (the code a real run uses)."""
+    return variant_credit(variant, batch.rewards, batch.rollout.latents, batch.group_ids)
 
 
 def trained_step_order(batch_size: int, n_steps: int, n_trained: int, generator: torch.Generator) -> torch.Tensor:
@@ -77,10 +78,10 @@ def trained_step_order(batch_size: int, n_steps: int, n_trained: int, generator:
 
 
 def policy_update(model: TinyFlux, optimizer: torch.optim.Optimizer, batch: Batch, advantages: torch.Tensor,
-                  config: DemoConfig, iteration: int) -> dict:
+                  config: DemoConfig, seed: int, iteration: int) -> dict:
     """One pass over the batch: micro-batches of samples, each training its own shuffled steps.
 
-    The last sampling step is not trained (as upstream). Each micro-batch's loss is divided by
+    The last sampling step is not trained (as upstream); with ``timestep_fraction = 1`` every other is. Each micro-batch's loss is divided by
     ``grad_accum * trained_steps`` and the optimizer steps every ``grad_accum`` micro-batches, so a
     step's gradient is the mean over its samples and steps (upstream's scaling with micro_batch = 1).
     ``advantages [B, T]``. Returns summed loss, clip fraction and the last gradient norm.
@@ -88,7 +89,7 @@ def policy_update(model: TinyFlux, optimizer: torch.optim.Optimizer, batch: Batc
     rollout = batch.rollout
     n_trainable = rollout.log_probs.shape[1] - 1
     order = trained_step_order(config.batch_size, n_trainable, config.trained_steps,
-                               iteration_generator(config.seed, iteration, _ORDER))
+                               iteration_generator(seed, iteration, _ORDER))
     scale = config.grad_accum * config.trained_steps
     total_loss, clipped, count, grad_norm = 0.0, 0, 0, 0.0
     model.train()
@@ -133,11 +134,12 @@ class ModeHistory:
     clip_fraction: list = field(default_factory=list)
     eval_iterations: list = field(default_factory=list)  # iterations at which eval ran (0 = base)
     eval_rewards: list = field(default_factory=list)  # [n_eval][K] mean eval reward
+    drift: list = field(default_factory=list)  # [n_eval] mean per-step Gaussian KL to the base model
 
 
-def train_mode(base_model: TinyFlux, config: DemoConfig, mode: str, eval_set: EvalSet, base_eval_means: list,
-               on_iteration: Optional[Callable[[], None]] = None) -> tuple[TinyFlux, ModeHistory]:
-    """GRPO from a copy of ``base_model`` under credit ``mode``; the base model is not touched.
+def train_mode(base_model: TinyFlux, config: DemoConfig, variant: Variant, seed: int, eval_set: EvalSet,
+               base_eval_means: list, on_iteration: Optional[Callable[[], None]] = None) -> tuple[TinyFlux, ModeHistory]:
+    """GRPO from a copy of ``base_model`` under credit ``variant``; the base model is not touched.
 
     ``on_iteration`` is called after every iteration (progress reporting).
     """
@@ -145,11 +147,11 @@ def train_mode(base_model: TinyFlux, config: DemoConfig, mode: str, eval_set: Ev
     model.freeze_prompt_encoder()  # DanceGRPO trains on fixed prompt embeddings
     optimizer = torch.optim.AdamW(_trainable(model), lr=config.learning_rate, betas=(0.9, 0.999),
                                   weight_decay=config.weight_decay)
-    history = ModeHistory(mode=mode, eval_iterations=[0], eval_rewards=[list(base_eval_means)])
+    history = ModeHistory(mode=variant.name, eval_iterations=[0], eval_rewards=[list(base_eval_means)], drift=[0.0])
     for iteration in range(config.grpo_steps):
-        batch = collect_batch(model, config, iteration)
-        credit = assign_credit(batch, mode)
-        stats = policy_update(model, optimizer, batch, credit.advantages, config, iteration)
+        batch = collect_batch(model, config, seed, iteration)
+        credit, advantages = assign_credit(batch, variant)
+        stats = policy_update(model, optimizer, batch, advantages, config, seed, iteration)
         summary = credit.summary()
         history.train_rewards.append(batch.rewards.mean(0).tolist())
         history.step_weights.append(summary["step_weight_mean_per_step"])
@@ -159,8 +161,10 @@ def train_mode(base_model: TinyFlux, config: DemoConfig, mode: str, eval_set: Ev
         history.clip_fraction.append(stats["clip_fraction"])
         done = iteration + 1
         if done % config.eval_every == 0 or done == config.grpo_steps:
+            rewards, drift = evaluate(model, eval_set, config, reference=base_model)
             history.eval_iterations.append(done)
-            history.eval_rewards.append(evaluate(model, eval_set, config).mean(0).tolist())
+            history.eval_rewards.append(rewards.mean(0).tolist())
+            history.drift.append(drift)
         if on_iteration is not None:
             on_iteration()
     return model, history

@@ -22,54 +22,70 @@ from .progress import progress_bar
 
 @dataclass(frozen=True)
 class Job:
-    config: dict  # DemoConfig.to_dict(), with the job's seed
-    mode: str
+    config: dict  # DemoConfig.to_dict()
+    mode: str  # a name of variants.VARIANTS
+    seed: int
     base_path: str  # the cached base model file
 
     @property
     def label(self) -> str:
-        return f"seed {self.config['seed']} {self.mode}"
+        return f"seed {self.seed} {self.mode}"
 
 
 def run_job(job: Job, on_iteration: Optional[Callable[[], None]] = None) -> dict:
-    """Load the base model, evaluate it, train ``job.mode``; returns ``{"history", "base_eval", "seconds"}``."""
+    """Load the base model, evaluate it, train ``job.mode``; returns ``{"history", "base_eval",
+    "oracle_eval", "seconds", "cpu_seconds"}``."""
+    from .evaluation import oracle_rewards
     from .grpo import train_mode
     from .pretrain import build_model
+    from .variants import VARIANTS
 
     config = DemoConfig(**job.config)
     if config.threads:
         torch.set_num_threads(config.threads)
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     model = build_model(config)
     saved = torch.load(job.base_path, map_location="cpu", weights_only=True)
     model.load_state_dict(saved["state_dict"])
     model.eval()
     eval_set = make_eval_set(config, model.token_shape)
-    base_rewards = evaluate(model, eval_set, config)
-    _, history = train_mode(model, config, job.mode, eval_set, base_rewards.mean(0).tolist(), on_iteration=on_iteration)
-    return {"history": asdict(history), "base_eval": base_rewards.tolist(), "seconds": time.perf_counter() - started}
+    base_rewards, _ = evaluate(model, eval_set, config)
+    _, history = train_mode(model, config, VARIANTS[job.mode], job.seed, eval_set, base_rewards.mean(0).tolist(),
+                            on_iteration=on_iteration)
+    return {"history": asdict(history), "base_eval": base_rewards.tolist(),
+            "oracle_eval": oracle_rewards(eval_set, config).tolist(),
+            "seconds": time.perf_counter() - started, "cpu_seconds": time.process_time() - cpu_started}
 
 
 def _worker(job: Job, ticks) -> dict:
     return run_job(job, on_iteration=lambda: ticks.put(1))
 
 
-def run_jobs(jobs: list, workers: int, config: DemoConfig, desc: str = "GRPO") -> list:
-    """Run every job; results in the order of ``jobs``. ``workers <= 1`` runs them inline."""
+def run_jobs(jobs: list, workers: int, config: DemoConfig, desc: str = "GRPO",
+             on_result: Optional[Callable[[int, dict], None]] = None) -> list:
+    """Run every job; results in the order of ``jobs``. ``workers <= 1`` runs them inline.
+    ``on_result(index, output)`` is called as each job finishes (to keep finished runs)."""
+    on_result = on_result or (lambda index, output: None)
     if workers <= 1 or len(jobs) <= 1:
         results = []
-        for job in jobs:
+        for index, job in enumerate(jobs):
             bar = progress_bar(range(config.grpo_steps), config, desc=f"{desc} {job.label}")
             results.append(run_job(job, on_iteration=lambda: bar.update(1)))
+            on_result(index, results[-1])
             bar.close()
         return results
     context = multiprocessing.get_context("spawn")  # no fork of a process that holds torch threads
     with context.Manager() as manager, ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=context) as pool:
         ticks = manager.Queue()
         futures = [pool.submit(_worker, job, ticks) for job in jobs]
+        reported = set()
         bar = progress_bar(range(len(jobs) * config.grpo_steps), config,
                            desc=f"{desc} ({len(jobs)} runs, {min(workers, len(jobs))} processes)")
-        while not all(f.done() for f in futures):
+        while len(reported) < len(futures):
+            for index, future in enumerate(futures):
+                if index not in reported and future.done():
+                    reported.add(index)
+                    on_result(index, future.result())
             try:
                 ticks.get(timeout=0.2)
                 bar.update(1)

@@ -1,5 +1,6 @@
-"""The base model: flow-matching pre-training on the synthetic set, cached by a hash of its config
-so that a second run (and ``ablate`` / ``proxy``) reuses it."""
+"""The base model: flow-matching pre-training on the corrupted mixture of the synthetic task
+(``data.corrupted_render``), cached by a hash of its config so that a second run (and ``ablate`` /
+``proxy``) reuses it."""
 from __future__ import annotations
 
 import math
@@ -9,7 +10,7 @@ from typing import Optional
 import torch
 
 from .config import BASE_MODEL_FORMAT, DemoConfig
-from .data import render, sample_prompts
+from .data import corrupted_render, sample_prompts
 from .files import atomic_torch_save
 from .model import TinyFlux, pack
 from .progress import progress_bar
@@ -19,7 +20,7 @@ def flow_matching_loss(model: TinyFlux, prompt_ids: torch.Tensor, images: torch.
                        noise: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
     """Rectified-flow loss ``|v(z_sigma) - (noise - x)|^2`` with ``z_sigma = (1 - sigma) x + sigma noise``.
 
-    ``prompt_ids [B, 3]``, ``images`` and ``noise`` ``[B, N, 4C]`` (packed), ``sigma [B]``.
+    ``prompt_ids [B, 4]``, ``images`` and ``noise`` ``[B, N, 4C]`` (packed), ``sigma [B]``.
     """
     s = sigma.view(-1, 1, 1)
     z = (1 - s) * images + s * noise
@@ -39,7 +40,7 @@ def pretrain(model: TinyFlux, config: DemoConfig) -> list[float]:
     bar = progress_bar(range(config.pretrain_steps), config, desc="pre-train base model")
     for _ in bar:
         prompts = sample_prompts(config.pretrain_batch, generator)
-        images = pack(render(prompts, config.image_size, generator))
+        images = pack(corrupted_render(prompts, config.image_size, config.corrupt_prob, generator))
         noise = torch.randn(images.shape, generator=generator)
         sigma = torch.rand(config.pretrain_batch, generator=generator)
         loss = flow_matching_loss(model, prompts, images, noise, sigma)

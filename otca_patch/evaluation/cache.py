@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
+import sys
 from pathlib import Path
+
+from ..files import atomic_path, atomic_write_text, remove_stale_temporaries
 
 
 def cache_key(settings: dict) -> str:
@@ -27,9 +29,12 @@ class EntryCache:
     def __init__(self, folder: Path, settings: dict):
         self.folder = folder
         folder.mkdir(parents=True, exist_ok=True)
+        stale = remove_stale_temporaries(folder)  # left by a run killed mid-write; never an entry
+        if stale:
+            print(f"otca-patch eval: removed {len(stale)} unfinished temporary file(s) in {folder}", file=sys.stderr)
         settings_file = folder / "settings.json"
         if not settings_file.exists():
-            _atomic_write(settings_file, json.dumps(settings, indent=1, sort_keys=True, default=str).encode())
+            atomic_write_text(settings_file, json.dumps(settings, indent=1, sort_keys=True, default=str))
 
     def _json(self, index: int) -> Path:
         return self.folder / f"{index:05d}.json"
@@ -44,16 +49,6 @@ class EntryCache:
 
     def put(self, index: int, entry: dict, image) -> None:
         if image is not None:
-            tmp = self.folder / f"{index:05d}.png.{os.getpid()}.tmp"
-            image.save(tmp, format="PNG")
-            os.replace(tmp, self.folder / f"{index:05d}.png")
-        _atomic_write(self._json(index), json.dumps(entry).encode())
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+            with atomic_path(self.folder / f"{index:05d}.png") as tmp:
+                image.save(tmp, format="PNG")
+        atomic_write_text(self._json(index), json.dumps(entry))

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+
+from ..files import atomic_write_json
 
 WEIGHTS = "diffusion_pytorch_model.safetensors"
 CONFIG = "config.json"
@@ -66,11 +67,21 @@ def load_transformer(checkpoint: Checkpoint, dtype):
     from diffusers import FluxTransformer2DModel
     from safetensors.torch import load_file
 
-    config = json.loads((checkpoint.folder / CONFIG).read_text())
-    config = {k: v for k, v in config.items() if not k.startswith("_")}
-    model = FluxTransformer2DModel.from_config(config)
+    config_file = checkpoint.folder / CONFIG
+    try:
+        config = json.loads(config_file.read_text())
+        config = {k: v for k, v in config.items() if not k.startswith("_")}
+        model = FluxTransformer2DModel.from_config(config)
+    except Exception as exc:  # unreadable, not JSON, not a FLUX transformer config
+        raise ValueError(f"{config_file}: not a FLUX transformer config.json ({type(exc).__name__}: "
+                         f"{' '.join(str(exc).split())[:200]})") from exc
+    try:
+        weights = load_file(str(checkpoint.weights))
+    except Exception as exc:  # truncated or corrupt safetensors (SafetensorError), unreadable file
+        raise ValueError(f"{checkpoint.weights}: cannot be read as safetensors ({type(exc).__name__}: "
+                         f"{' '.join(str(exc).split())[:200]}); a checkpoint cut short by a killed save?") from exc
     state = {}
-    for key, value in load_file(str(checkpoint.weights)).items():
+    for key, value in weights.items():
         for prefix in WRAPPER_PREFIXES:
             key = key.replace(prefix, "")
         state[key] = value
@@ -102,8 +113,5 @@ class FileHashes:
             for block in iter(lambda: handle.read(1 << 24), b""):
                 digest.update(block)
         self.known[key] = {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "sha256": digest.hexdigest()}
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(self.path.name + f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(self.known, indent=1))
-        os.replace(tmp, self.path)
+        atomic_write_json(self.path, self.known, indent=1)
         return self.known[key]["sha256"]

@@ -15,7 +15,7 @@ import re
 import sys
 from pathlib import Path
 
-from ..config import _checkpoints, _csv, _reward_options
+from ..flags import comma_list as _csv, name_options as _reward_options, name_values as _checkpoints
 from .cache import EntryCache, cache_key, folder_fingerprint
 from .checkpoints import Checkpoint, FileHashes, find_checkpoints, load_transformer
 from .table import format_table
@@ -110,8 +110,10 @@ class Evaluator:
             images = self.pipe(prompt=prompts, height=args.height, width=args.width, num_inference_steps=args.num_steps,
                                guidance_scale=args.guidance, generator=generators,
                                max_sequence_length=args.max_sequence_length, output_type="pil").images
-            scores = self.rewards.score(images, prompts)
-        return images, scores.scores.float().cpu().tolist(), scores.names
+            # one image at a time: reward models' float32 matmuls round differently for another batch
+            # size (up to ~1e-6 here), and a resumed run must give a cached prompt the same number
+            scored = [self.rewards.score([image], [prompt]) for image, prompt in zip(images, prompts)]
+        return images, [row for s in scored for row in s.scores.float().cpu().tolist()], scored[0].names
 
 
 def main(argv=None) -> int:

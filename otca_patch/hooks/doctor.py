@@ -2,13 +2,13 @@
 from __future__ import annotations
 
 import argparse
-import hashlib
 import subprocess
 import sys
 from pathlib import Path
 
-from ..launch.runner import read_source
+from .checkout import check_upstream_dir
 from .rewrite import check
+from .source import file_sha256, read_source
 from .spec import TargetSpec, default_patches_dir, load_specs
 
 
@@ -21,8 +21,16 @@ def checkout_commit(directory: Path) -> str:
         return "unknown"
 
 
-def file_sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+def identity_line(spec: TargetSpec, digest: str, holds: bool = True) -> str:
+    """One line on the upstream file's identity: the verified file, or a changed one whose hook
+    points, reads and pins were checked (what both ``doctor`` and a run print)."""
+    commit = spec.verified_commit[:12]
+    if digest == spec.verified_sha256:
+        return f"{spec.file}: identical to the file the spec was verified on (upstream commit {commit})"
+    verdict = ("its structure still matches: every hook point, name read and pin holds" if holds else
+               "and its structure no longer matches the spec")
+    return (f"{spec.file}: sha256 {digest[:16]} differs from the file the spec was verified on "
+            f"({spec.verified_sha256[:16]}, upstream commit {commit}); {verdict}")
 
 
 def diagnose(upstream_dir: Path, specs: list[TargetSpec]) -> tuple[list[dict], bool]:
@@ -33,11 +41,12 @@ def diagnose(upstream_dir: Path, specs: list[TargetSpec]) -> tuple[list[dict], b
         if not path.is_file():
             continue
         seen += 1
-        digest = file_sha256(path)
+        digest = file_sha256(str(path))
         try:
             statuses = check(read_source(str(path)), spec, str(path))
         except SyntaxError as exc:
             rows.append({"target": spec.name, "file": spec.file, "hook": "-", "function": "-", "anchor": "-",
+                         "spec": spec, "kind": "file",
                          "status": f"FAIL: file does not parse ({exc.msg}, line {exc.lineno})",
                          "sha256": digest, "verified_sha256": spec.verified_sha256,
                          "verified_commit": spec.verified_commit})
@@ -45,7 +54,8 @@ def diagnose(upstream_dir: Path, specs: list[TargetSpec]) -> tuple[list[dict], b
             continue
         for status in statuses:
             all_hold &= status.ok
-            rows.append({"target": spec.name, "file": spec.file, "hook": status.hook.name,
+            rows.append({"target": spec.name, "file": spec.file, "hook": status.hook.name, "spec": spec,
+                         "kind": "pin" if status.hook.is_pin else "hook",
                          "function": status.hook.function, "anchor": status.hook.anchor,
                          "status": "ok" if status.ok else f"FAIL: {status.problem}",
                          "sha256": digest, "verified_sha256": spec.verified_sha256,
@@ -60,17 +70,14 @@ def format_report(upstream_dir: Path, rows: list[dict]) -> str:
     commit = checkout_commit(upstream_dir)
     lines = [f"upstream checkout: {upstream_dir} (commit {commit})", ""]
     for file in dict.fromkeys(row["file"] for row in rows):
-        first = next(r for r in rows if r["file"] == file)
-        same = first["sha256"] == first["verified_sha256"]
+        mine = [r for r in rows if r["file"] == file]
+        first = mine[0]
         lines.append(f"{first['target']}: {file}")
-        lines.append(f"  sha256 {first['sha256'][:16]}  "
-                     + ("identical to the file the spec was verified on" if same else
-                        f"differs from the verified file ({first['verified_sha256'][:16]})")
-                     + f"; spec verified on upstream commit {first['verified_commit'][:12]}")
-        width = max(len(r["hook"]) for r in rows if r["file"] == file)
-        for row in (r for r in rows if r["file"] == file):
+        lines.append("  " + identity_line(first["spec"], first["sha256"], all(r["status"] == "ok" for r in mine)))
+        width = max(len(r["hook"]) for r in mine)
+        for row in mine:
             anchor = row["anchor"] if len(row["anchor"]) <= 60 else row["anchor"][:57] + "..."
-            lines.append(f"  {row['hook']:<{width}}  {row['status']:<5}  {row['function']}: {anchor}")
+            lines.append(f"  {row['kind']:<4} {row['hook']:<{width}}  {row['status']:<5}  {row['function']}: {anchor}")
         lines.append("")
     return "\n".join(lines)
 
@@ -81,6 +88,7 @@ def main(argv=None) -> int:
     parser.add_argument("--patches", type=Path, default=None, help=f"spec folder (default {default_patches_dir()})")
     args = parser.parse_args(argv)
     try:
+        check_upstream_dir(args.upstream_dir)
         rows, all_hold = diagnose(args.upstream_dir, load_specs(args.patches))
     except ValueError as exc:
         print(f"otca-patch doctor: error: {exc}", file=sys.stderr)
@@ -89,4 +97,17 @@ def main(argv=None) -> int:
     failed = sum(not r["status"].startswith("ok") for r in rows)
     print(f"{len(rows) - failed} of {len(rows)} hook points hold" + ("" if all_hold else
           f"; {failed} need a new spec before --otca can run on this checkout"))
+    for line in verdicts(rows):
+        print(line)
     return 0 if all_hold else 1
+
+
+def verdicts(rows: list[dict]) -> list[str]:
+    """Per target: whether --otca can run it here, or exactly which hook points need a new spec."""
+    lines = []
+    for target in dict.fromkeys(r["target"] for r in rows):
+        mine = [r for r in rows if r["target"] == target]
+        broken = [f"{r['kind']} {r['hook']}" for r in mine if r["status"] != "ok"]
+        lines.append(f"  {target} ({mine[0]['file']}): " + (f"holds ({len(mine)} hook points and pins)" if not broken
+                     else f"needs a new spec for {len(broken)} of {len(mine)}: {', '.join(broken)}"))
+    return lines

@@ -3,18 +3,22 @@ from __future__ import annotations
 
 
 class PatchError(RuntimeError):
-    """An anchor of a hook-point spec is missing or matches the wrong number of times.
+    """A hook point of a spec no longer holds: an anchor is missing or matches the wrong number of
+    times, a name the inserted code reads is no longer bound, a pin (a fact about upstream the
+    inserted code relies on) no longer matches, or a run-time invariant fails.
 
     A run that asked for ``--otca`` stops with this before training: it never trains vanilla silently.
     """
 
     def __init__(self, *, file: str, function: str, anchor: str, problem: str, verified_commit: str,
-                 hook: str = "", spec: str = ""):
+                 hook: str = "", spec: str = "", kind: str = "hook"):
         self.file, self.function, self.anchor, self.problem = file, function, anchor, problem
-        self.verified_commit, self.hook, self.spec = verified_commit, hook, spec
+        self.verified_commit, self.hook, self.spec, self.kind = verified_commit, hook, spec, kind
+        head = (f"otca-patch cannot install hook {hook!r} into upstream file {file}, function {function}: "
+                if kind == "hook" else
+                f"otca-patch: {kind} {hook!r} of upstream file {file}, function {function}, does not hold: ")
         super().__init__(
-            f"otca-patch cannot install hook {hook!r} into upstream file {file}, function {function}: "
-            f"{problem}.\n  anchor: {anchor}\n  spec: {spec} (written against upstream commit {verified_commit})\n"
+            head + f"{problem}.\n  anchor: {anchor}\n  spec: {spec} (written against upstream commit {verified_commit})\n"
             f"  Run `otca-patch doctor <upstream checkout>` to see every hook point; a new upstream release "
             f"needs a new spec (scripts/rebase_upstream.sh)."
         )

@@ -86,3 +86,54 @@ def iter_functions(module: ast.Module, name: str) -> Iterator[ast.AST]:
     for node in ast.walk(module):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
             yield node
+
+
+_NEW_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef, ast.ListComp, ast.SetComp,
+               ast.DictComp, ast.GeneratorExp)
+
+
+def bound_names(scope: ast.AST) -> set[str]:
+    """Names ``scope`` (a function or the module) binds itself: parameters, assignment, loop, ``with``
+    and ``except`` targets, imports, nested ``def``/``class`` names. Bodies of nested scopes are not
+    searched (their names are not visible here)."""
+    names: set[str] = set()
+    if isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+        arguments = scope.args
+        for arg in arguments.posonlyargs + arguments.args + arguments.kwonlyargs + [arguments.vararg, arguments.kwarg]:
+            if arg is not None:
+                names.add(arg.arg)
+    pending = list(ast.iter_child_nodes(scope))
+    while pending:
+        node = pending.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+            pending.extend(node.decorator_list)
+            continue
+        if isinstance(node, _NEW_SCOPES):
+            continue
+        if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+            names.add(node.id)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((alias.asname or alias.name).split(".")[0] for alias in node.names if alias.name != "*")
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            names.add(node.name)
+        pending.extend(ast.iter_child_nodes(node))
+    return names
+
+
+def enclosing_functions(module: ast.Module, target: ast.AST) -> list[ast.AST]:
+    """The functions that contain ``target`` (outermost first), ``target`` excluded."""
+    chain: list[ast.AST] = []
+
+    def visit(node: ast.AST, outer: list) -> bool:
+        for child in ast.iter_child_nodes(node):
+            if child is target:
+                chain.extend(outer)
+                return True
+            inner = outer + [child] if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)) else outer
+            if visit(child, inner):
+                return True
+        return False
+
+    visit(module, [])
+    return chain

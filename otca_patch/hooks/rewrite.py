@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from . import pattern
 from .errors import PatchError
-from .spec import MODULE_SCOPE, Hook, TargetSpec
+from .spec import MODULE_SCOPE, PIN, Hook, TargetSpec
 
 #: The name under which the rewritten code reaches the target's runtime object.
 RUNTIME_NAME = "__otca__"
@@ -31,10 +31,15 @@ class HookStatus:
 def rewrite(source: str, spec: TargetSpec, filename: str) -> ast.Module:
     """The upstream module's AST with every hook of ``spec`` applied, in spec order.
 
-    Each anchor is matched on the tree as rewritten by the hooks before it. Raises ``PatchError``
-    naming the file, function and anchor on the first hook that does not hold.
+    Every pin is checked on the upstream tree first; each hook's anchor is matched on the tree as
+    rewritten by the hooks before it, and every name its code reads must be bound in its function.
+    Raises ``PatchError`` naming the file, function and anchor on the first pin or hook that does not hold.
     """
     tree = ast.parse(source, filename=filename)
+    for pin in spec.pins:
+        _, problem = _locate(tree, pin)
+        if problem:
+            raise _error(spec, pin, problem)
     for hook in spec.hooks:
         matches, problem = _locate(tree, hook)
         if problem:
@@ -54,6 +59,9 @@ def check(source: str, spec: TargetSpec, filename: str = "<upstream>") -> list[H
     """Every hook's status against ``source``, applying the holding ones as a real run would."""
     tree = ast.parse(source, filename=filename)
     statuses = []
+    for pin in spec.pins:
+        matches, problem = _locate(tree, pin)
+        statuses.append(HookStatus(pin, len(matches), problem))
     for hook in spec.hooks:
         matches, problem = _locate(tree, hook)
         statuses.append(HookStatus(hook, len(matches), problem))
@@ -74,7 +82,7 @@ def _locate(tree: ast.Module, hook: Hook):
         if len(functions) > 1:
             return [], f"function {hook.function!r} is defined {len(functions)} times"
         scope = functions[0]
-    anchor = pattern.parse_anchor(hook.anchor, statement=hook.action != "replace")
+    anchor = pattern.parse_anchor(hook.anchor, statement=hook.action not in ("replace", PIN))
     if hook.within:
         regions = pattern.find(pattern.parse_anchor(hook.within), scope)
         if not regions:
@@ -88,7 +96,26 @@ def _locate(tree: ast.Module, hook: Hook):
     if len(matches) != hook.count:
         found = "not found" if not matches else f"found {len(matches)} times"
         return matches, f"anchor {found}, expected exactly {hook.count}"
-    return matches, ""
+    return matches, _unbound_reads(tree, scope, hook)
+
+
+def _unbound_reads(tree: ast.Module, scope: ast.AST, hook: Hook) -> str:
+    """The problem when a name the hook's code reads is not bound where the code lands ("" if all are).
+
+    A function hook's names must be bound in that function or a function enclosing it (module
+    globals do not count: a renamed local must not resolve to some global of the same name)."""
+    if not hook.reads:
+        return ""
+    if scope is tree:
+        visible = pattern.bound_names(tree)
+    else:
+        visible = set().union(*(pattern.bound_names(f) for f in pattern.enclosing_functions(tree, scope) + [scope]))
+    missing = [name for name in hook.reads if name not in visible]
+    if not missing:
+        return ""
+    where = "at module level" if scope is tree else f"in function {hook.function!r}"
+    return (f"the inserted code reads {', '.join(map(repr, missing))}, which upstream no longer binds {where} "
+            f"(renamed or removed?)")
 
 
 def _apply(hook: Hook, node: ast.AST, parent: ast.AST, field: str, index: int | None) -> None:
@@ -140,4 +167,5 @@ def _locate_like(new: ast.AST, old: ast.AST) -> None:
 
 def _error(spec: TargetSpec, hook: Hook, problem: str) -> PatchError:
     return PatchError(file=spec.file, function=hook.function, anchor=hook.anchor, problem=problem,
-                      verified_commit=spec.verified_commit, hook=hook.name, spec=spec.path)
+                      verified_commit=spec.verified_commit, hook=hook.name, spec=spec.path,
+                      kind="pin" if hook.is_pin else "hook")

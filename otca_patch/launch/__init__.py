@@ -1,7 +1,10 @@
-"""Running upstream scripts with the layer installed: as ``__main__`` under any launcher, or as a module."""
-from .runner import load_patched_module, run_as_main
+"""Running upstream scripts with the layer installed: as ``__main__`` under any launcher, or as a module.
 
-__all__ = ["load_patched_module", "run_as_main", "main"]
+Kept free of imports: the startup hook imports ``otca_patch.launch.reexec`` in every targeted
+process before it re-executes, and must not pay for torch there.
+"""
+
+__all__ = ["main"]
 
 
 def main(argv=None) -> int:

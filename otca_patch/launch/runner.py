@@ -1,28 +1,34 @@
 """Execute a rewritten upstream file: as ``__main__`` (how torchrun runs it) or as an importable module."""
 from __future__ import annotations
 
-import importlib
 import os
 import sys
-import tokenize
 import types
 
 from ..config import OtcaConfig
+from ..hooks.doctor import identity_line
 from ..hooks.rewrite import RUNTIME_NAME, compile_target
+from ..hooks.source import file_sha256, read_source
 from ..hooks.spec import TargetSpec
-
-
-def read_source(path: str) -> str:
-    """The file's text, honouring a PEP 263 encoding line as Python itself would."""
-    with tokenize.open(path) as handle:
-        return handle.read()
+from ..targets.registry import target_of
 
 
 def _install_runtime(spec: TargetSpec, config: OtcaConfig, namespace: dict):
-    runtime_module = importlib.import_module(spec.runtime)
-    runtime = runtime_module.install(config, spec, namespace)
+    runtime = target_of(spec).install(config)
+    if getattr(runtime, "spec", None) is None:
+        runtime.spec = spec  # run-time invariants name the file and spec
     namespace[RUNTIME_NAME] = runtime
     return runtime
+
+
+def checked_code(path: str, spec: TargetSpec):
+    """The rewritten file's code object; raises ``PatchError`` when a pin, hook point or name read
+    does not hold. A file that is not the verified one gets one line saying it was checked."""
+    code = compile_target(read_source(path), spec, path)
+    digest = file_sha256(path)
+    if digest != spec.verified_sha256:
+        print(f"otca-patch: {identity_line(spec, digest)}", file=sys.stderr, flush=True)
+    return code
 
 
 def load_patched_module(path: str, spec: TargetSpec, config: OtcaConfig, module_name: str):
@@ -32,7 +38,7 @@ def load_patched_module(path: str, spec: TargetSpec, config: OtcaConfig, module_
     ``PatchError`` before executing anything when an anchor does not hold.
     """
     path = os.path.abspath(path)
-    code = compile_target(read_source(path), spec, path)
+    code = checked_code(path, spec)
     module = types.ModuleType(module_name)
     module.__file__ = path
     sys.modules[module_name] = module
@@ -41,17 +47,26 @@ def load_patched_module(path: str, spec: TargetSpec, config: OtcaConfig, module_
     return module
 
 
-def run_as_main(script: str, argv: list[str], spec: TargetSpec, config: OtcaConfig) -> None:
-    """Run ``script`` with ``spec`` applied exactly as ``python script ARGS`` would run it."""
+def prepare_main(script: str, argv: list[str], spec: TargetSpec, config: OtcaConfig):
+    """Everything before ``script`` runs as ``__main__`` with ``spec`` applied: the checked code, a
+    fresh ``__main__`` with the runtime installed, ``sys.argv`` and ``sys.path[0]`` as ``python script
+    ARGS`` sets them. Returns (code, namespace); raises (``PatchError``, ``ValueError``, ...) before
+    any upstream code runs."""
     path = os.path.abspath(script)
-    code = compile_target(read_source(path), spec, path)  # PatchError here, before any training
+    code = checked_code(path, spec)
     main = types.ModuleType("__main__")
     main.__file__ = path
     main.__builtins__ = __builtins__
+    runtime = _install_runtime(spec, config, main.__dict__)
     sys.modules["__main__"] = main
     sys.argv = [script, *argv]
     sys.path[0] = os.path.dirname(path)  # as for `python script`: the script's folder first
-    runtime = _install_runtime(spec, config, main.__dict__)
     print(f"otca-patch: running {spec.file} rewritten by {os.path.relpath(spec.path)} "
-          f"({len(spec.hooks)} hooks; {runtime.describe()})", file=sys.stderr, flush=True)
-    exec(code, main.__dict__)
+          f"({len(spec.hooks)} hooks, {len(spec.pins)} pins; {runtime.describe()})", file=sys.stderr, flush=True)
+    return code, main.__dict__
+
+
+def run_as_main(script: str, argv: list[str], spec: TargetSpec, config: OtcaConfig) -> None:
+    """Run ``script`` with ``spec`` applied exactly as ``python script ARGS`` would run it."""
+    code, namespace = prepare_main(script, argv, spec, config)
+    exec(code, namespace)

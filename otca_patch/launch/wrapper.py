@@ -21,19 +21,21 @@ from pathlib import Path
 from ..config import ENV_ARGS, parse_otca_args
 from ..hooks.errors import PatchError
 from ..hooks.rewrite import compile_target
-from ..hooks.spec import load_specs
-from .runner import read_source
+from ..hooks.source import read_source
+from ..hooks.spec import TargetSpec, load_specs
 
 STARTUP_DIR = Path(__file__).resolve().parent / "startup"
+#: the targeted upstream files, for the startup hook's standard-library check (see startup/sitecustomize.py)
+ENV_TARGETS = "OTCA_PATCH_TARGETS"
 
 
-def preflight(launch_script: Path, workdir: Path, text: str | None = None) -> list[str]:
+def preflight(launch_script: Path, workdir: Path, text: str | None, specs: list[TargetSpec]) -> list[str]:
     """Check the hook points of every targeted upstream file the launch script (or the command
     line ``text``) names, before any process starts (each worker checks again). Returns the files
     checked; raises ``PatchError``."""
     text = launch_script.read_text(errors="replace") if text is None else text
     checked = []
-    for spec in load_specs():
+    for spec in specs:
         if not re.search(re.escape(spec.file) + r"\b", text):
             continue
         path = workdir / spec.file
@@ -74,13 +76,16 @@ def main(argv=None) -> int:
     if not config.active:
         print("otca_run.sh: no --otca / --otca_observe: running the upstream script untouched", file=sys.stderr)
         env.pop(ENV_ARGS, None)
+        env.pop(ENV_TARGETS, None)
     else:
         try:
-            checked = preflight(launch_script, Path.cwd(), command_text)
-        except PatchError as exc:
+            specs = load_specs()
+            checked = preflight(launch_script, Path.cwd(), command_text, specs)
+        except (PatchError, ValueError, SyntaxError) as exc:
             print(f"otca_run.sh: error: {exc}", file=sys.stderr)
             return 2
         env[ENV_ARGS] = shlex.join(config.to_argv())
+        env[ENV_TARGETS] = os.pathsep.join(sorted({spec.file for spec in specs}))
         env["PYTHONPATH"] = os.pathsep.join([str(STARTUP_DIR), *filter(None, [env.get("PYTHONPATH")])])
         print(f"otca_run.sh: layer installed ({env[ENV_ARGS]}); hook points hold in: "
               f"{', '.join(checked) or 'no targeted file found under the current directory yet'}", file=sys.stderr)

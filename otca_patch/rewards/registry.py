@@ -6,6 +6,9 @@ others' libraries (open_clip, transformers, ImageReward, DanceGRPO).
 from __future__ import annotations
 
 import importlib
+import inspect
+import types
+import typing
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Union
 
@@ -57,7 +60,67 @@ def load(name: str, checkpoint: Optional[Union[str, Path]] = None, device: Union
     ``options`` are adapter-specific (e.g. ``model_name`` for clip_t, ``clip_checkpoint`` for aesthetic,
     ``processor`` for pickscore, ``arch`` for hpsv2).
     """
-    kwargs = dict(options)
+    factory = _factory(name)
+    kwargs = convert_options(name, factory, options)
     if dtype is not None:
         kwargs["dtype"] = dtype
-    return _factory(name)(checkpoint=checkpoint, device=device, **kwargs)
+    return factory(checkpoint=checkpoint, device=device, **kwargs)
+
+
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
+def convert_options(name: str, factory: Factory, options: dict) -> dict:
+    """Options as the adapter's parameters want them. Values given as text (``--otca_reward_opt
+    clip_t.model_name=007``) stay text unless the parameter is a bool, int or float (by its annotation,
+    else by its default's type): so a model name ``007`` stays ``"007"``. An option the adapter has no
+    parameter for, or text that does not convert, is a ``ValueError`` naming the option."""
+    try:
+        parameters = inspect.signature(factory).parameters
+    except (TypeError, ValueError):
+        return dict(options)
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
+    hints = _type_hints(factory)
+    converted = {}
+    for key, value in options.items():
+        if key not in parameters or key in ("checkpoint", "device"):
+            if takes_any and key not in ("checkpoint", "device"):
+                converted[key] = value
+                continue
+            valid = [p for p in parameters if p not in ("self", "checkpoint", "device", "dtype")]
+            raise ValueError(f"reward model {name!r} has no option {key!r}; its options: {', '.join(valid) or 'none'}")
+        kind = _scalar_kind(hints.get(key), parameters[key].default)
+        if not isinstance(value, str) or kind is None:
+            converted[key] = value
+            continue
+        text = value.strip()
+        try:
+            if kind is bool:
+                if text.lower() not in _TRUE + _FALSE:
+                    raise ValueError
+                converted[key] = text.lower() in _TRUE
+            else:
+                converted[key] = kind(text)
+        except ValueError:
+            raise ValueError(f"reward model {name!r}: option {key}={value!r} is not a {kind.__name__}") from None
+    return converted
+
+
+def _type_hints(factory) -> dict:
+    target = factory.__init__ if inspect.isclass(factory) else factory
+    try:
+        return typing.get_type_hints(target)
+    except Exception:  # unresolvable annotations: fall back to the defaults' types
+        return {}
+
+
+def _scalar_kind(annotation, default):
+    """bool, int or float when the parameter is one of those (``Optional[...]`` too), else None."""
+    union = typing.get_origin(annotation) in (typing.Union, getattr(types, "UnionType", typing.Union))
+    candidates = typing.get_args(annotation) if union else (annotation,)
+    for kind in (bool, int, float):
+        if kind in candidates:
+            return kind
+    if annotation is None and default is not inspect.Parameter.empty and default is not None:
+        return next((kind for kind in (bool, int, float) if type(default) is kind), None)
+    return None

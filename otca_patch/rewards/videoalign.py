@@ -34,7 +34,8 @@ SPEC = CheckpointSpec(
     kind="dir",
 )
 UPSTREAM_ENV = "OTCA_UPSTREAM_DANCEGRPO"
-DEFAULT_UPSTREAM = Path(__file__).resolve().parents[2] / "upstream" / "DanceGRPO"
+#: without the variable: the current directory, as DanceGRPO's trainers are launched from their checkout
+DEFAULT_UPSTREAM = Path(".")
 INFERENCE_MODULE = "fastvideo.models.videoalign.inference"
 #: VideoAlign's reward keys, in column order.
 OBJECTIVES = ("VQ", "MQ", "TA")
@@ -43,12 +44,12 @@ OBJECTIVES = ("VQ", "MQ", "TA")
 def upstream_root(env=None) -> Path:
     """The DanceGRPO checkout to import from; ImportError naming both places if there is none."""
     env = os.environ if env is None else env
-    root = Path(env[UPSTREAM_ENV]).expanduser() if env.get(UPSTREAM_ENV) else DEFAULT_UPSTREAM
+    root = (Path(env[UPSTREAM_ENV]).expanduser() if env.get(UPSTREAM_ENV) else DEFAULT_UPSTREAM).resolve()
     if not (root / "fastvideo" / "models" / "videoalign" / "inference.py").is_file():
         raise ImportError(
             f"reward model 'videoalign' wraps DanceGRPO's vendored VideoAlign, but no DanceGRPO checkout with "
             f"fastvideo/models/videoalign/inference.py was found at {root}; set {UPSTREAM_ENV} to a DanceGRPO "
-            f"checkout or place one at {DEFAULT_UPSTREAM}")
+            f"checkout or run from one")
     return root
 
 
@@ -90,6 +91,23 @@ def write_videos(videos: torch.Tensor, folder: Path, fps: float) -> List[str]:
     return paths
 
 
+def check_weights(folder: Path) -> None:
+    """Before upstream touches the folder: it needs a ``checkpoint-*`` subfolder (upstream indexes the
+    newest one and fails with a bare IndexError otherwise), and every ``.pth`` in one must load with
+    ``weights_only=True``. Upstream's own ``torch.load`` passes no ``weights_only``: with torch < 2.6 or
+    ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1`` it would unpickle (and run) arbitrary code; a file that
+    passed here holds plain tensors only. Raises ``CheckpointError`` naming the file."""
+    checkpoints = sorted(p for p in folder.glob("checkpoint-*") if p.is_dir())
+    if not checkpoints:
+        raise SPEC.error(folder, "no checkpoint-* folder (VideoAlign's weights) in the folder")
+    for path in sorted(p for c in checkpoints for p in c.glob("*.pth")):
+        try:
+            torch.load(str(path), map_location="cpu", weights_only=True)
+        except Exception as exc:  # a pickle with code in it, a truncated file, ...
+            raise SPEC.error(path, f"{path.name} does not load with weights_only=True, so upstream is not allowed to "
+                                   f"unpickle it ({type(exc).__name__}: {' '.join(str(exc).split())[:200]})") from exc
+
+
 class VideoAlignReward(RewardModel):
     """VideoAlign VQ / MQ / TA. ``score_all -> [B, 3]``; ``score -> [B]`` (their sum)."""
 
@@ -105,6 +123,7 @@ class VideoAlignReward(RewardModel):
         if not (self.checkpoint / "model_config.json").is_file():
             raise SPEC.error(self.checkpoint, "model_config.json not found in the folder")
         self.fps, self.use_norm, self.num_frames = float(fps), bool(use_norm), num_frames
+        check_weights(self.checkpoint)
         inference_cls = import_inference_class()
         with offline_hub():
             try:

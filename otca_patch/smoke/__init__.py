@@ -1,1 +1,2 @@
-"""CPU smoke runs of real upstream trainer steps with tiny models (``scripts/smoke_upstream.py``)."""
+"""CPU smoke runs of real upstream trainer steps with tiny models (``otca-patch smoke``,
+``python -m otca_patch.smoke``)."""

@@ -1,86 +1,127 @@
-"""Command line of ``scripts/smoke_upstream.py``: one CPU smoke run of an upstream target."""
+"""``otca-patch smoke UPSTREAM_DIR OUT_DIR [--target NAME] [--steps N] [--seed S] [--otca --otca_* ...]``
+(also ``python -m otca_patch.smoke ...``, so ``torchrun -m`` / ``accelerate launch -m`` work):
+run the real upstream trainer step on the CPU with tiny models, with or without the layer.
+
+UPSTREAM_DIR is a DanceGRPO or FlowGRPO checkout (e.g. upstream/DanceGRPO); --target picks
+dancegrpo-flux (the default for DanceGRPO) or another smoke target (see --target's choices;
+dancegrpo-wan22 needs --otca or --otca_observe).
+Without --otca the upstream file runs unpatched; with --otca alone the objectives are upstream's
+reward and a tiny CLIP-T from the reward registry. Upstream's own outputs (images/, reward.txt),
+the run log and smoke.json ({"otca": bool, "steps": [{"loss": x, "grad_norm": y}, ...]}) land in
+OUT_DIR. Works under ``torchrun --nproc_per_node 2`` too (a gloo world on the CPU).
+"""
 from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
+import os
+import shlex
 import sys
-from dataclasses import fields, replace
+from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
-from ..config import parse_otca_args
+from ..config import ENV_ARGS, config_from_environment
+from ..flags import add_flags, from_namespace
+from ..hooks.checkout import check_upstream_dir
 from ..hooks.errors import PatchError
-
-#: smoke target -> module with UPSTREAM_FILE, Sizes (dataclass of size flags), DEFAULT_REWARDS and
-#: run(upstream_dir, out_dir, config, sizes, reward_root, record_terms) -> dict
-TARGETS = {
-    "dancegrpo-flux": "otca_patch.smoke.dancegrpo_flux",
-    "dancegrpo-flux-lora": "otca_patch.smoke.dancegrpo_flux_lora",
-    "dancegrpo-hunyuan": "otca_patch.smoke.dancegrpo_hunyuan",
-    "dancegrpo-qwenimage": "otca_patch.smoke.dancegrpo_qwenimage",
-    "dancegrpo-qwenimage-edit": "otca_patch.smoke.dancegrpo_qwenimage_edit",
-    "dancegrpo-sd": "otca_patch.smoke.dancegrpo_sd",
-    "dancegrpo-wan": "otca_patch.smoke.dancegrpo_wan",
-    "flowgrpo-sd3": "otca_patch.smoke.flowgrpo_sd3",
-}
+from ..targets.registry import all_targets
 
 
-def _module(name: str):
-    return importlib.import_module(TARGETS[name])
+def smoke_targets() -> dict:
+    """``{target name: (spec, Target)}`` of every target with a smoke run, from the descriptors; a
+    descriptor's ``smoke_variants`` (another model layout on the same trainer) join under their own names."""
+    targets = {}
+    for spec, target in all_targets():
+        if target.smoke:
+            targets[target.name] = (spec, target)
+        for name, module in target.smoke_variants:
+            targets[name] = (spec, SimpleNamespace(name=name, smoke=module, smoke_objectives=target.smoke_objectives))
+    return targets
 
 
-def detect_target(upstream_dir: Path) -> str:
-    """The first registered target whose upstream file exists in ``upstream_dir``."""
-    for name in TARGETS:
-        if (upstream_dir / _module(name).UPSTREAM_FILE).is_file():
+def smoke_module(target):
+    """The smoke module of ``target``: ``Sizes`` (a dataclass of size flags) and
+    ``run(upstream_dir, out_dir, config, sizes, reward_root, probe) -> dict``."""
+    module = importlib.import_module(target.smoke)
+    missing = [name for name in ("Sizes", "run") if not hasattr(module, name)]
+    if missing:
+        raise ValueError(f"target {target.name}: smoke module {target.smoke} lacks {', '.join(missing)}")
+    return module
+
+
+def load_probe(text: str):
+    """``FILE.py:NAME`` -> the object NAME of that file (test-only code stays out of the package)."""
+    path, sep, name = text.rpartition(":")
+    if not sep or not path.endswith(".py") or not os.path.isfile(path):
+        raise argparse.ArgumentTypeError(f"expected an existing FILE.py:NAME, got {text!r}")
+    spec = importlib.util.spec_from_file_location(f"otca_smoke_probe_{Path(path).stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    if not callable(getattr(module, name, None)):
+        raise argparse.ArgumentTypeError(f"{path} defines no {name}")
+    return getattr(module, name)
+
+
+def detect_target(upstream_dir: Path, targets: dict) -> str:
+    """The first smoke target whose upstream file exists in ``upstream_dir``."""
+    for name, (spec, _) in targets.items():
+        if (upstream_dir / spec.file).is_file():
             return name
     raise ValueError(f"{upstream_dir} holds none of the smoke targets' files "
-                     f"({', '.join(_module(n).UPSTREAM_FILE for n in TARGETS)}); pass an upstream checkout")
+                     f"({', '.join(spec.file for spec, _ in targets.values())}); pass an upstream checkout")
 
 
 def build_parser(sizes_type) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="smoke_upstream.py", description=sys.modules["__main__"].__doc__)
+    parser = argparse.ArgumentParser(prog="otca-patch smoke", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("upstream_dir", type=Path, help="upstream checkout, e.g. upstream/DanceGRPO")
     parser.add_argument("out_dir", type=Path, help="where upstream's outputs, the run log and smoke.json go")
-    parser.add_argument("--target", choices=sorted(TARGETS), help="default: detected from the checkout")
-    parser.add_argument("--record_terms", action="store_true", help="also save per-term log-probs (tests)")
-    for f in fields(sizes_type):
-        parser.add_argument(f"--{f.name}", type=type(f.default), default=f.default)
-    return parser
+    parser.add_argument("--target", choices=sorted(smoke_targets()), help="default: detected from the checkout")
+    parser.add_argument("--probe", metavar="FILE.py:NAME", type=load_probe,
+                        help="tests: NAME(upstream_module, log_prob_index=...) wraps upstream's functions; its "
+                             "save(path) writes what it recorded (terms_rank<r>.pt)")
+    return add_flags(parser, sizes_type)
 
 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        config, rest = parse_otca_args(argv)
+        # as a launched process: $OTCA_PATCH_ARGS, then the flags given here
+        config, rest = config_from_environment(argv)
+        targets = smoke_targets()
         peek = argparse.ArgumentParser(add_help=False)
         peek.add_argument("upstream_dir", type=Path, nargs="?")
-        peek.add_argument("--target", choices=sorted(TARGETS))
+        peek.add_argument("--target", choices=sorted(targets))
         known, _ = peek.parse_known_args(rest)
         if known.upstream_dir is None:
-            build_parser(_module("dancegrpo-flux").Sizes).parse_args(rest)  # prints usage
-        target = known.target or detect_target(known.upstream_dir)
+            build_parser(smoke_module(next(iter(targets.values()))[1]).Sizes).parse_args(rest)  # prints usage
+        check_upstream_dir(known.upstream_dir)
+        target = targets[known.target or detect_target(known.upstream_dir, targets)][1]
+        module = smoke_module(target)
     except ValueError as exc:
         print(f"smoke: error: {exc}", file=sys.stderr)
         return 2
-    module = _module(target)
     args = build_parser(module.Sizes).parse_args(rest)
     out_dir = args.out_dir.resolve()
     reward_root = out_dir / "tiny_rewards"
     try:
         if config.active:
-            config = with_smoke_defaults(config, argv, reward_root, module.DEFAULT_REWARDS, module.__name__)
-        sizes = module.Sizes(**{f.name: getattr(args, f.name) for f in fields(module.Sizes)})
-        module.run(args.upstream_dir.resolve(), out_dir, config, sizes, reward_root, record_terms=args.record_terms)
+            given = shlex.split(os.environ.get(ENV_ARGS, "")) + argv
+            config = with_smoke_defaults(config, given, reward_root, target.smoke_objectives)
+        sizes = from_namespace(module.Sizes, args)
+        module.run(args.upstream_dir.resolve(), out_dir, config, sizes, reward_root, probe=args.probe)
     except (PatchError, ValueError) as exc:
         print(f"smoke: error: {exc}", file=sys.stderr)
         return 2
     return 0
 
 
-def with_smoke_defaults(config, argv, reward_root: Path, default_rewards: tuple, default_rewards_module: str = ""):
-    """--otca alone: the target's default objectives (upstream's reward plus a tiny registry
-    CLIP-T); the run log beside the outputs; tiny checkpoints for registry rewards."""
-    from ..rewards import tiny
+def with_smoke_defaults(config, argv, reward_root: Path, default_rewards: tuple):
+    """--otca alone: the target's smoke objectives (its descriptor's); the run log beside the
+    outputs; tiny checkpoints for registry rewards. ``argv``: the flags given (environment and argv)."""
+    from ..rewards import available, tiny
 
     changes = {}
     if not any(a.split("=")[0] == "--otca_rewards" for a in argv):
@@ -88,10 +129,8 @@ def with_smoke_defaults(config, argv, reward_root: Path, default_rewards: tuple,
     if not any(a.split("=")[0] == "--otca_log_dir" for a in argv):
         changes["otca_log_dir"] = str(reward_root.parent)
     config = replace(config, **changes)
-    # a module's is_upstream_objective names the rewards its upstream trainer computes itself
-    is_upstream = getattr(sys.modules.get(default_rewards_module or ""), "is_upstream_objective",
-                          lambda name: name == "upstream")
-    registry = {name.split(".")[0] for name in config.otca_rewards if not is_upstream(name)} - set(config.otca_reward_ckpt)
+    # registry models need checkpoints; any other name is upstream's own reward (or an error, later)
+    registry = {name.split(".")[0] for name in config.otca_rewards} & set(available()) - set(config.otca_reward_ckpt)
     if registry - {"clip_t"}:
         raise ValueError(f"the smoke run builds a tiny checkpoint for clip_t only; give "
                          f"{', '.join(sorted(registry - {'clip_t'}))} with --otca_reward_ckpt / --otca_reward_opt")

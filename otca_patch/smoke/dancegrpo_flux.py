@@ -14,16 +14,12 @@ from pathlib import Path
 import torch
 
 from ..config import OtcaConfig
-from .dancegrpo_image import run_image_trainer, upstream_hps_reward  # noqa: F401 (other targets import it from here)
-from .harness import fsdp_wrap
+from .harness import (call_by_signature, enter_run_folder, finish, fsdp_wrap, load_upstream,
+                      optimizer_and_schedule, report_step)
 
 UPSTREAM_FILE = "fastvideo/train_grpo_flux.py"
 PROMPTS = ("a red circle on a white background", "a blue square in the snow", "a green triangle at night",
            "a yellow star over the sea")
-
-
-#: objectives of `--otca` alone: upstream's HPSv2 and a tiny registry CLIP-T
-DEFAULT_REWARDS = ("upstream", "clip_t")
 
 
 @dataclass
@@ -71,6 +67,20 @@ def tiny_vae():
                          latent_channels=16, layers_per_block=1, norm_num_groups=4)
 
 
+def upstream_hps_reward(checkpoint: Path, arch: str):
+    """HPSv2 as upstream's ``main`` builds it (hpsv2's open_clip + the ``{'state_dict'}`` file),
+    on the tiny architecture the checkpoint was written with."""
+    from hpsv2.src import open_clip as hps_open_clip
+
+    model, _, preprocess_val = hps_open_clip.create_model_and_transforms(
+        arch, None, precision="fp32", device="cpu", jit=False, force_quick_gelu=False, force_custom_text=False,
+        force_patch_dropout=False, force_image_size=None, pretrained_image=False, image_mean=None,
+        image_std=None, light_augmentation=True, aug_cfg={}, output_dict=True, with_score_predictor=False,
+        with_region_predictor=False)
+    model.load_state_dict(torch.load(checkpoint, map_location="cpu", weights_only=True)["state_dict"])
+    return model.eval(), hps_open_clip.get_tokenizer(arch), preprocess_val
+
+
 def prompt_loader(rank: int, seed: int):
     """Upstream's loader yields (prompt_embeds [1, L, 32], pooled [1, 32], text_ids [1, 3], captions).
 
@@ -89,15 +99,32 @@ def prompt_loader(rank: int, seed: int):
 
 
 def run(upstream_dir: Path, out_dir: Path, config: OtcaConfig, sizes: Sizes, reward_root: Path,
-        record_terms: bool = False, upstream_file: str = UPSTREAM_FILE, build_transformer=None, **extra_args) -> dict:
-    """The smoke run of a FLUX trainer; ``build_transformer()`` (default: the tiny FLUX under FSDP) and
-    ``extra_args`` (upstream arguments) let its LoRA variant reuse it."""
-    loaders = {}
+        probe=None) -> dict:
+    rank, world_size = enter_run_folder(out_dir, "images")  # upstream writes ./images/*.png, ./reward.txt
 
-    def inputs_for(rank: int, step: int) -> dict:  # one loader per rank, advanced by each step
-        return {"loader": loaders.setdefault(rank, prompt_loader(rank, sizes.seed))}
+    from ..rewards import tiny
 
+    reward_root.mkdir(parents=True, exist_ok=True)
+    hps_checkpoint = tiny.build_hpsv2(reward_root)
+    module = load_upstream(upstream_dir.resolve(), UPSTREAM_FILE, config, "dancegrpo_train_grpo_flux")
+    recorder = probe(module, log_prob_index=2) if probe else None  # all_log_probs: result[2]
+
+    torch.manual_seed(sizes.seed)  # the same weights for every rank and every mode
+    transformer = tiny_transformer()
+    vae = tiny_vae().eval()
+    reward_model, tokenizer, preprocess_val = upstream_hps_reward(hps_checkpoint, tiny.TINY_HPS_ARCH)
+    transformer = fsdp_wrap(transformer)
+    transformer.train()
+    optimizer, lr_scheduler = optimizer_and_schedule(transformer, sizes.learning_rate)
     args = upstream_args(sizes)
-    vars(args).update(extra_args)
-    return run_image_trainer(upstream_dir, out_dir, config, reward_root, record_terms, upstream_file, sizes, args,
-                             build_transformer or (lambda: fsdp_wrap(tiny_transformer())), tiny_vae, inputs_for)
+    loader = prompt_loader(rank, sizes.seed)
+    torch.manual_seed(sizes.seed * 1000 + rank)  # rollout noise and step order: per rank, as upstream seeds
+
+    steps = []
+    for step in range(1, sizes.steps + 1):
+        loss, grad_norm = call_by_signature(module.train_one_step, dict(
+            args=args, device=torch.device("cpu"), transformer=transformer, vae=vae, reward_model=reward_model,
+            tokenizer=tokenizer, optimizer=optimizer, lr_scheduler=lr_scheduler, loader=loader, noise_scheduler=None,
+            max_grad_norm=1.0, preprocess_val=preprocess_val, ema_handler=None))
+        steps.append(report_step(rank, step, loss, grad_norm))
+    return finish(out_dir, config, rank, world_size, steps, recorder)

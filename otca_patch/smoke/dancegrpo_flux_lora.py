@@ -16,9 +16,9 @@ import torch
 
 from ..config import OtcaConfig
 from . import dancegrpo_flux as flux
+from .dancegrpo_image import run_image_trainer
 
 UPSTREAM_FILE = "fastvideo/train_grpo_flux_lora.py"
-DEFAULT_REWARDS = flux.DEFAULT_REWARDS
 LORA_TARGETS = ["to_k", "to_q", "to_v", "to_out.0"]  # upstream's main
 
 
@@ -53,8 +53,13 @@ def lora_transformer(sizes: Sizes) -> torch.nn.Module:
         return FSDP(transformer, **fsdp_kwargs)
 
 
-def run(upstream_dir: Path, out_dir: Path, config: OtcaConfig, sizes: Sizes, reward_root: Path,
-        record_terms: bool = False) -> dict:
-    # the LoRA trainer also offers HPSv3 (args.use_hpsv3); its launch script uses HPSv2.1
-    return flux.run(upstream_dir, out_dir, config, sizes, reward_root, record_terms, UPSTREAM_FILE,
-                    lambda: lora_transformer(sizes), use_hpsv3=False)
+def run(upstream_dir: Path, out_dir: Path, config: OtcaConfig, sizes: Sizes, reward_root: Path, probe=None) -> dict:
+    loaders = {}
+
+    def inputs_for(rank: int, step: int) -> dict:  # one loader per rank, advanced by each step
+        return {"loader": loaders.setdefault(rank, flux.prompt_loader(rank, sizes.seed))}
+
+    args = flux.upstream_args(sizes)
+    args.use_hpsv3 = False  # the LoRA trainer also offers HPSv3; its launch script uses HPSv2.1
+    return run_image_trainer(upstream_dir, out_dir, config, reward_root, probe, UPSTREAM_FILE, sizes, args,
+                             lambda: lora_transformer(sizes), flux.tiny_vae, inputs_for)

@@ -23,21 +23,12 @@ import torch
 from torch.nn import functional as F
 
 from ..config import OtcaConfig
-from .harness import (TermRecorder, cast_inputs_to_weights, enter_run_folder, finish, fsdp_wrap, load_upstream,
-                      optimizer_and_schedule, report_step)
+from .harness import (call_by_signature, cast_inputs_to_weights, enter_run_folder, finish, fsdp_wrap,
+                      load_upstream, optimizer_and_schedule, report_step)
 
 UPSTREAM_FILE = "fastvideo/train_grpo_hunyuan.py"
 PROMPTS = ("a red ball rolling on grass", "a blue car driving in the snow", "a green kite in the wind",
            "a yellow boat on the sea")
-
-#: objectives of `--otca` alone: VideoAlign's VQ, MQ and TA from upstream's own call
-DEFAULT_REWARDS = ("upstream",)
-
-
-def is_upstream_objective(name: str) -> bool:
-    """``upstream`` and ``upstream.vq|mq|ta`` come from upstream's VideoAlign call, not the registry."""
-    return name == "upstream" or name.startswith("upstream.")
-
 
 @dataclass
 class Sizes:
@@ -108,12 +99,14 @@ class StubVideoAlign:
         return results
 
 
-def tiny_transformer():
+def tiny_transformer(in_channels: int = 16):
+    """Upstream's HunyuanVideo transformer, tiny; ``in_channels=32`` is the image-to-video layout
+    (noise latents and first-frame latents concatenated on the channels)."""
     import fastvideo.models.hunyuan_hf.modeling_hunyuan as modeling
 
     modeling.flash_attn_no_pad = masked_attention
     return modeling.HunyuanVideoTransformer3DModel(
-        in_channels=16, out_channels=16, num_attention_heads=2, attention_head_dim=16, num_layers=1,
+        in_channels=in_channels, out_channels=16, num_attention_heads=2, attention_head_dim=16, num_layers=1,
         num_single_layers=1, num_refiner_layers=1, text_embed_dim=32, pooled_projection_dim=16, rope_axes_dim=(4, 6, 6))
 
 
@@ -141,13 +134,13 @@ def prompt_loader(rank: int, seed: int):
 
 
 def run(upstream_dir: Path, out_dir: Path, config: OtcaConfig, sizes: Sizes, reward_root: Path,
-        record_terms: bool = False) -> dict:
+        probe=None) -> dict:
     upstream_dir = upstream_dir.resolve()  # before the chdir below
     # upstream writes ./videos/*.mp4, ./vq_reward.txt and ./mq_reward.txt in the run folder
     rank, world_size = enter_run_folder(out_dir, "videos")
     reward_root.mkdir(parents=True, exist_ok=True)
     module = load_upstream(upstream_dir, UPSTREAM_FILE, config, "dancegrpo_train_grpo_hunyuan")
-    recorder = TermRecorder(module, log_prob_index=5) if record_terms else None
+    recorder = probe(module, log_prob_index=5) if probe else None  # all_log_probs: result[5]
 
     torch.manual_seed(sizes.seed)  # the same weights for every rank and every mode
     transformer = tiny_transformer()
@@ -162,7 +155,8 @@ def run(upstream_dir: Path, out_dir: Path, config: OtcaConfig, sizes: Sizes, rew
 
     steps = []
     for step in range(1, sizes.steps + 1):
-        loss, grad_norm = module.train_one_step(args, torch.device("cpu"), transformer, vae, StubVideoAlign(),
-                                                optimizer, lr_scheduler, loader, 1.0, step)
+        loss, grad_norm = call_by_signature(module.train_one_step, dict(
+            args=args, device=torch.device("cpu"), transformer=transformer, vae=vae, inferencer=StubVideoAlign(),
+            optimizer=optimizer, lr_scheduler=lr_scheduler, loader=loader, max_grad_norm=1.0, step=step))
         steps.append(report_step(rank, step, loss, grad_norm))
     return finish(out_dir, config, rank, world_size, steps, recorder)

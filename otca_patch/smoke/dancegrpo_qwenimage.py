@@ -26,7 +26,6 @@ from .dancegrpo_flux import PROMPTS
 from .dancegrpo_image import run_image_trainer
 
 UPSTREAM_FILE = "fastvideo/train_grpo_qwenimage.py"
-DEFAULT_REWARDS = ("upstream", "clip_t")
 TEXT_LENGTH, TEXT_WIDTH = 8, 32  # padded prompt embeddings [L, D] as upstream's dataset stores them
 
 
@@ -90,8 +89,7 @@ def prompt_batch(rank: int, step: int, seed: int) -> dict:
             "caption": [caption], "original_length": torch.tensor([length])}
 
 
-def run(upstream_dir: Path, out_dir: Path, config: OtcaConfig, sizes: Sizes, reward_root: Path,
-        record_terms: bool = False) -> dict:
-    return run_image_trainer(upstream_dir, out_dir, config, reward_root, record_terms, UPSTREAM_FILE, sizes,
+def run(upstream_dir: Path, out_dir: Path, config: OtcaConfig, sizes: Sizes, reward_root: Path, probe=None) -> dict:
+    return run_image_trainer(upstream_dir, out_dir, config, reward_root, probe, UPSTREAM_FILE, sizes,
                              upstream_args(sizes), lambda: fsdp_wrap(tiny_transformer()), tiny_vae,
                              lambda rank, step: prompt_batch(rank, step, sizes.seed))

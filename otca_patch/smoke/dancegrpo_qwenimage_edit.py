@@ -15,7 +15,6 @@ from . import dancegrpo_qwenimage as qwen
 from .dancegrpo_image import run_image_trainer
 
 UPSTREAM_FILE = "fastvideo/train_grpo_qwenimage_edit.py"
-DEFAULT_REWARDS = qwen.DEFAULT_REWARDS
 Sizes = qwen.Sizes
 
 
@@ -28,8 +27,7 @@ def edit_batch(rank: int, step: int, sizes: Sizes) -> dict:
             "calculated_height": torch.tensor([sizes.image_size]), "calculated_width": torch.tensor([sizes.image_size])}
 
 
-def run(upstream_dir: Path, out_dir: Path, config: OtcaConfig, sizes: Sizes, reward_root: Path,
-        record_terms: bool = False) -> dict:
-    return run_image_trainer(upstream_dir, out_dir, config, reward_root, record_terms, UPSTREAM_FILE, sizes,
+def run(upstream_dir: Path, out_dir: Path, config: OtcaConfig, sizes: Sizes, reward_root: Path, probe=None) -> dict:
+    return run_image_trainer(upstream_dir, out_dir, config, reward_root, probe, UPSTREAM_FILE, sizes,
                              qwen.upstream_args(sizes), lambda: qwen.fsdp_wrap(qwen.tiny_transformer()), qwen.tiny_vae,
                              lambda rank, step: edit_batch(rank, step, sizes))

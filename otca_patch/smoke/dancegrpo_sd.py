@@ -11,8 +11,8 @@ Replaced in the smoke run only, and why (README: upstream environment):
   builds the tiny HPS architecture without a pretrained file (ViT-H-14 is 1B parameters);
 - ``torch.load(cp, map_location='cuda')`` of the HPS checkpoint loads onto the CPU (no CUDA here).
 Everything else is upstream's: accelerate (DDP over gloo with 2 ranks, bf16 autocast), DDIM
-log-probs, HPSv2 on the saved JPEGs, group advantages, the PPO loop. A probe records each loss,
-clipped gradient norm, rollout and training log-prob for the tests (``--record_terms``).
+log-probs, HPSv2 on the saved JPEGs, group advantages, the PPO loop. A probe records each loss and
+clipped gradient norm (smoke.json); tests add ``--probe tests/upstream/sd_probe.py:RolloutRecorder``.
 """
 from __future__ import annotations
 
@@ -34,7 +34,6 @@ LAUNCH_CONFIG = "fastvideo/config_sd/dgx.py:hpsv2"  # what finetune_sd_grpo.sh p
 PROMPTS = ("a red circle on a white background", "a blue square in the snow", "a green triangle at night",
            "a yellow star over the sea", "a photo of a cat in the snow", "a photo of a dog at night",
            "a white star on a blue background", "a green circle over the sea")
-DEFAULT_REWARDS = ("upstream", "clip_t")
 
 
 @dataclass
@@ -88,46 +87,6 @@ def cpu_replacements(hps_arch: str):
         hps_open_clip.create_model_and_transforms, torch.load = create, load
 
 
-class RolloutRecorder:
-    """Test probe (not part of the layer): each rollout's latents, log-probs and images from
-    ``pipeline_with_logprob``, each training call's new log-probs from ``ddim_step_with_logprob`` and
-    the rewards upstream logs (``accelerator.log({"reward": ...})``, gathered over ranks)."""
-
-    def __init__(self, module):
-        self.calls, self.new_log_probs, self.rewards = [], [], []
-        sample, ddim_step, accelerator_class = module.pipeline_with_logprob, module.ddim_step_with_logprob, module.Accelerator
-        recorder = self
-
-        def pipeline_with_logprob(*args, **kwargs):
-            images, nsfw, latents, log_probs = sample(*args, **kwargs)
-            recorder.calls.append((torch.stack(latents, 1).clone(), torch.stack(log_probs, 1).clone(),
-                                   images.detach().float().clone()))
-            return images, nsfw, latents, log_probs
-
-        def ddim_step_with_logprob(*args, **kwargs):
-            prev_sample, log_prob = ddim_step(*args, **kwargs)
-            recorder.new_log_probs.append(log_prob.detach().clone())
-            return prev_sample, log_prob
-
-        class LoggingAccelerator(accelerator_class):
-            def log(self, values, *args, **kwargs):
-                if "reward" in values:
-                    recorder.rewards.append(values["reward"].detach().clone())
-                return super().log(values, *args, **kwargs)
-
-        module.pipeline_with_logprob, module.ddim_step_with_logprob = pipeline_with_logprob, ddim_step_with_logprob
-        module.Accelerator = LoggingAccelerator
-
-    def save(self, path: Path, rank: int, calls_per_epoch: int) -> None:
-        epochs = [self.calls[i:i + calls_per_epoch] for i in range(0, len(self.calls), calls_per_epoch)]
-        per_rank = sum(call[0].shape[0] for call in epochs[0]) if epochs else 0  # this rank's samples per epoch
-        torch.save({"rollout_latents": [torch.cat([c[0] for c in e]) for e in epochs],
-                    "rollout_log_probs": [torch.cat([c[1] for c in e]) for e in epochs],
-                    "rollout_images": [torch.cat([c[2] for c in e]) for e in epochs],
-                    "rollout_rewards": [r[rank * per_rank:(rank + 1) * per_rank] for r in self.rewards],
-                    "new_log_probs": [t.reshape(-1) for t in self.new_log_probs]}, path)
-
-
 def prepare_run_folder(rank: int, reward_root: Path) -> str:
     """What upstream's ``main`` reads from its working directory; returns the tiny HPS architecture."""
     import torch.distributed as dist
@@ -146,8 +105,7 @@ def prepare_run_folder(rank: int, reward_root: Path) -> str:
     return tiny.register_tiny_hpsv2(reward_root)
 
 
-def run(upstream_dir: Path, out_dir: Path, config: OtcaConfig, sizes: Sizes, reward_root: Path,
-        record_terms: bool = False) -> dict:
+def run(upstream_dir: Path, out_dir: Path, config: OtcaConfig, sizes: Sizes, reward_root: Path, probe=None) -> dict:
     missing = [name for name in ("absl", "ml_collections") if importlib.util.find_spec(name) is None]
     if missing:
         raise SystemExit(f"smoke: DanceGRPO's train_grpo_sd.py imports {', '.join(missing)}, which this environment "
@@ -156,8 +114,9 @@ def run(upstream_dir: Path, out_dir: Path, config: OtcaConfig, sizes: Sizes, rew
     rank, world_size = enter_run_folder(out_dir, "images_same")  # upstream writes ./images_same/*.jpg, ./reward.txt
     hps_arch = prepare_run_folder(rank, reward_root)
     module = load_upstream(upstream_dir, UPSTREAM_FILE, config, "dancegrpo_train_grpo_sd")
-    probe = TrainingProbe(module)
-    recorder = RolloutRecorder(module) if record_terms else None
+    training = TrainingProbe(module)  # losses and clipped gradient norms for smoke.json
+    chunks = sizes.num_generations // sizes.train_batch_size  # sampling and training chunks per epoch
+    recorder = probe(module, calls_per_rollout=chunks) if probe else None
 
     from absl import app
 
@@ -170,12 +129,9 @@ def run(upstream_dir: Path, out_dir: Path, config: OtcaConfig, sizes: Sizes, rew
         except SystemExit as stop:  # app.run exits after main returns
             if stop.code not in (0, None):
                 raise
-    chunks = sizes.num_generations // sizes.train_batch_size  # sampling and training chunks per epoch
     calls = chunks * sizes.trained_columns * sizes.num_inner_epochs
     syncs = chunks // sizes.gradient_accumulation_steps * sizes.num_inner_epochs
     accumulation = sizes.gradient_accumulation_steps * sizes.trained_columns  # accelerate's divisor
-    steps = [report_step(rank, epoch + 1, sum(probe.losses[epoch * calls:(epoch + 1) * calls]) / accumulation,
-                         probe.grad_norms[(epoch + 1) * syncs - 1]) for epoch in range(sizes.steps)]
-    if recorder is not None:
-        recorder.save(out_dir / f"terms_rank{rank}.pt", rank, chunks)
-    return finish(out_dir, config, rank, world_size, steps, None)
+    steps = [report_step(rank, epoch + 1, sum(training.losses[epoch * calls:(epoch + 1) * calls]) / accumulation,
+                         training.grad_norms[(epoch + 1) * syncs - 1]) for epoch in range(sizes.steps)]
+    return finish(out_dir, config, rank, world_size, steps, recorder)

@@ -4,10 +4,10 @@ What runs for real: upstream's whole ``train_one_step`` (rollout loop with class
 ``flux_step`` SDE sampling and log-probs, VAE latent de-normalisation, diffusers' VideoProcessor,
 ``export_to_video`` to mp4, ``video_first_frame_to_pil`` re-reading the mp4, HPSv2 through hpsv2's
 open_clip on a tiny checkpoint, group advantages, step permutation, PPO loss, gradient clipping,
-optimizer steps), with the layer's hooks when asked. What is stood in: the Wan transformer and VAE
-classes, which diffusers 0.32 lacks (``smoke/wan_standins.py``). Like upstream, the model is wrapped
-in neither FSDP nor DDP; each rank writes a checksum of its weights so tests can see whether the
-replicas stay equal (``--otca_sync_grads``).
+optimizer steps) and diffusers' own ``WanTransformer3DModel`` and ``AutoencoderKLWan`` (tiny configs;
+diffusers >= 0.35), with the layer's hooks when asked. Nothing is stood in. Like upstream, the model
+is wrapped in neither FSDP nor DDP; each rank writes a checksum of its weights so tests can see
+whether the replicas stay equal (``--otca_sync_grads``).
 """
 from __future__ import annotations
 
@@ -19,16 +19,13 @@ from pathlib import Path
 import torch
 
 from ..config import OtcaConfig
-from . import wan_standins
 from .dancegrpo_flux import upstream_hps_reward
-from .harness import TermRecorder, enter_run_folder, finish, load_upstream, optimizer_and_schedule, report_step
+from .harness import (call_by_signature, cast_inputs_to_weights, enter_run_folder, finish, load_upstream,
+                      optimizer_and_schedule, report_step)
 
 UPSTREAM_FILE = "fastvideo/train_grpo_wan_2_1.py"
 PROMPTS = ("a red ball rolling on grass", "a blue car driving in the snow", "a green kite in the wind",
            "a yellow boat on the sea")
-
-#: objectives of `--otca` alone: upstream's first-frame HPSv2 and a tiny registry CLIP-T over frames
-DEFAULT_REWARDS = ("upstream", "clip_t")
 
 
 @dataclass
@@ -71,14 +68,31 @@ def prompt_embeddings(rank: int, step: int, seed: int):
     return table[caption].clone(), negative.clone(), [caption]
 
 
+def tiny_wan_transformer():
+    """diffusers' ``WanTransformer3DModel``, one block, 2 heads of 12 (rope splits 4/4/4), text dim 32."""
+    from diffusers import WanTransformer3DModel
+
+    return WanTransformer3DModel(patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=12, in_channels=16,
+                                 out_channels=16, text_dim=32, freq_dim=16, ffn_dim=32, num_layers=1,
+                                 rope_max_seq_len=32)
+
+
+def tiny_wan_vae():
+    """diffusers' ``AutoencoderKLWan`` (8 base channels, one res block per level), Wan2.1's 4x temporal
+    and 8x spatial compression and its published latents_mean / latents_std."""
+    from diffusers import AutoencoderKLWan
+
+    return AutoencoderKLWan(base_dim=8, z_dim=16, dim_mult=[1, 1, 1, 1], num_res_blocks=1,
+                            temperal_downsample=[False, True, True])
+
+
 def weights_checksum(model: torch.nn.Module) -> float:
     return float(sum(p.detach().double().sum() for p in model.parameters()))
 
 
 def run(upstream_dir: Path, out_dir: Path, config: OtcaConfig, sizes: Sizes, reward_root: Path,
-        record_terms: bool = False) -> dict:
+        probe=None) -> dict:
     upstream_dir = upstream_dir.resolve()  # before the chdir below
-    wan_standins.install()
     rank, world_size = enter_run_folder(out_dir, "videos")  # upstream writes ./videos/*.mp4, ./reward.txt
 
     from ..rewards import tiny
@@ -86,23 +100,36 @@ def run(upstream_dir: Path, out_dir: Path, config: OtcaConfig, sizes: Sizes, rew
     reward_root.mkdir(parents=True, exist_ok=True)
     hps_checkpoint = tiny.build_hpsv2(reward_root)
     module = load_upstream(upstream_dir, UPSTREAM_FILE, config, "dancegrpo_train_grpo_wan_2_1")
-    recorder = TermRecorder(module, log_prob_index=2) if record_terms else None
+    recorder = probe(module, log_prob_index=2) if probe else None  # all_log_probs: result[2]
 
     torch.manual_seed(sizes.seed)  # the same weights for every rank and every mode
-    transformer = wan_standins.TinyWanTransformer()
-    vae = wan_standins.TinyWanVae().eval()
+    transformer = tiny_wan_transformer()
+    cast_inputs_to_weights(transformer)
+    vae = tiny_wan_vae().eval()
+    steps = train(module, transformer, vae, hps_checkpoint, sizes, rank, out_dir)
+    return finish(out_dir, config, rank, world_size, steps, recorder, sync_grads=config.otca_sync_grads)
+
+
+def train(module, transformer, vae, hps_checkpoint: Path, sizes: Sizes, rank: int, out_dir: Path, args=None) -> list:
+    """Upstream's ``train_one_step`` for ``sizes.steps`` steps on ``transformer`` (trained in place),
+    with upstream's HPSv2 on the tiny checkpoint; writes each rank's weight checksums. Returns the
+    smoke.json step entries."""
+    from ..rewards import tiny
+
     reward_model, tokenizer, preprocess_val = upstream_hps_reward(hps_checkpoint, tiny.TINY_HPS_ARCH)
     transformer.train()
     optimizer, lr_scheduler = optimizer_and_schedule(transformer, sizes.learning_rate)
-    args = upstream_args(sizes)
+    args = args or upstream_args(sizes)
     torch.manual_seed(sizes.seed * 1000 + rank)  # rollout noise and step order: per rank, as upstream seeds
 
     steps = []
     for step in range(1, sizes.steps + 1):
         embeds, negative, caption = prompt_embeddings(rank, step, sizes.seed)
-        loss, grad_norm = module.train_one_step(args, torch.device("cpu"), transformer, vae, reward_model, tokenizer,
-                                                optimizer, lr_scheduler, embeds, negative, caption, None, 1.0,
-                                                preprocess_val)
+        loss, grad_norm = call_by_signature(module.train_one_step, dict(
+            args=args, device=torch.device("cpu"), transformer=transformer, vae=vae, reward_model=reward_model,
+            tokenizer=tokenizer, optimizer=optimizer, lr_scheduler=lr_scheduler, encoder_hidden_states=embeds,
+            negative_prompt_embeds=negative, caption=caption, noise_scheduler=None, max_grad_norm=1.0,
+            preprocess_val=preprocess_val))
         steps.append(report_step(rank, step, loss, grad_norm, weights=weights_checksum(transformer)))
     (out_dir / f"weights_rank{rank}.json").write_text(json.dumps([s["weights"] for s in steps]))
-    return finish(out_dir, config, rank, world_size, steps, recorder, sync_grads=config.otca_sync_grads)
+    return steps

@@ -13,7 +13,7 @@ import torch.distributed as dist
 
 #: Packages DanceGRPO imports beyond otca-patch's own dependencies (the `upstream` extra).
 UPSTREAM_EXTRA = ("peft", "liger_kernel", "einops", "wandb", "cv2", "decord")
-INSTALL_HINT = "pip install -e '.[upstream]'   (from the otca-patch checkout, inside .venv)"
+INSTALL_HINT = "pip install 'otca-patch[upstream]'   (or pip install '<otca-patch checkout>[upstream]')"
 
 
 def check_upstream_packages() -> None:
@@ -65,7 +65,39 @@ def init_process_group() -> tuple[int, int]:
     os.environ.setdefault("WANDB_MODE", "disabled")
     if not dist.is_initialized():
         dist.init_process_group("gloo")
+    average_by_sum_on_gloo()
     return dist.get_rank(), dist.get_world_size()
+
+
+def average_by_sum_on_gloo() -> None:
+    """Let ``dist.all_reduce(op=ReduceOp.AVG)`` work on gloo, in this smoke process only.
+
+    DanceGRPO's ``train_one_step`` averages its loss with ``ReduceOp.AVG``, which runs on NCCL on
+    GPUs but which gloo rejects on torch 2.5 and 2.6 (the upstream environments' versions). Where
+    gloo rejects it (the check fails on every rank alike, before any communication), the average
+    is taken as SUM / world size. Only the smoke harness installs this; a training run never does.
+    """
+    if getattr(dist.all_reduce, "smoke_average_by_sum", False):
+        return
+    native = dist.all_reduce
+    rejected = []  # gloo's answer, learnt on the first AVG call
+
+    def all_reduce(tensor, op=dist.ReduceOp.SUM, group=None, async_op=False):
+        if op != dist.ReduceOp.AVG or async_op or dist.get_backend(group) != "gloo":
+            return native(tensor, op=op, group=group, async_op=async_op)
+        if not rejected:
+            try:
+                return native(tensor, op=op, group=group)
+            except RuntimeError as exc:
+                if "AVG" not in str(exc):
+                    raise
+                rejected.append(True)
+        native(tensor, op=dist.ReduceOp.SUM, group=group)
+        tensor.div_(dist.get_world_size(group))
+        return None
+
+    all_reduce.smoke_average_by_sum = True
+    dist.all_reduce = all_reduce
 
 
 class cpu_as_current_device:

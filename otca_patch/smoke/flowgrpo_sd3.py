@@ -1,7 +1,7 @@
 """Run FlowGRPO's real ``scripts/train_sd3.py`` ``main()`` on the CPU with a tiny SD3 it builds.
 
 Launch it like upstream, with accelerate (gloo on the CPU):
-``accelerate launch --num_processes N scripts/smoke_upstream.py upstream/flow_grpo OUT [--otca ...]``.
+``accelerate launch --num_processes N -m otca_patch.smoke upstream/flow_grpo OUT [--otca ...]``.
 Each process imports the upstream file (untouched for vanilla; rewritten by its hook-point spec
 with ``--otca`` / ``--otca_observe``, exactly as a launched worker does) and runs upstream's
 ``main`` through absl's ``app.run`` with ``--config`` pointing at a tiny config
@@ -23,20 +23,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..config import OtcaConfig
+from ..files import atomic_write_text
 
 UPSTREAM_FILE = "scripts/train_sd3.py"
 PROMPTS = ("a red circle on a white background", "a blue square in the snow", "a green triangle at night",
            "a yellow star over the sea")
-#: objectives of `--otca` alone: upstream's jpeg_compressibility (from its reward dictionary) and a
-#: tiny registry CLIP-T
-DEFAULT_REWARDS = ("jpeg_compressibility", "clip_t")
-
-
-def is_upstream_objective(name: str) -> bool:
-    """Objective names the smoke's upstream reward dictionary provides (no checkpoint to build)."""
-    return name in ("upstream", "avg", "jpeg_compressibility", "upstream.jpeg_compressibility")
-
-
 @dataclass
 class Sizes:
     """Sizes of one smoke run: seconds per epoch on 2 CPU cores."""
@@ -74,9 +65,7 @@ def config_overrides(sizes: Sizes, dataset: Path, model: Path) -> dict:
 
 def _write_once(path: Path, text: str) -> None:
     """Atomic write (several processes may write the same file)."""
-    partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
-    partial.write_text(text)
-    os.replace(partial, path)
+    atomic_write_text(path, text)
 
 
 def tiny_pipeline(folder: Path) -> Path:
@@ -169,11 +158,11 @@ UPSTREAM_EXTRA = ("ml_collections", "absl", "peft", "wandb")
 
 
 def run(upstream_dir: Path, out_dir: Path, config: OtcaConfig, sizes: Sizes, reward_root: Path,
-        record_terms: bool = False) -> dict:
+        probe=None) -> dict:
     missing = [name for name in UPSTREAM_EXTRA if importlib.util.find_spec(name) is None]
     if missing:
         raise SystemExit(f"smoke: FlowGRPO's trainer imports {', '.join(missing)}, which this environment lacks: "
-                         f"pip install -e '.[flowgrpo]'")
+                         f"pip install 'otca-patch[flowgrpo]'")
     os.environ.setdefault("WANDB_MODE", "disabled")
     upstream_dir, out_dir = upstream_dir.resolve(), out_dir.resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -182,7 +171,7 @@ def run(upstream_dir: Path, out_dir: Path, config: OtcaConfig, sizes: Sizes, rew
     config_flag = write_config(out_dir, upstream_dir, sizes, model)
     os.chdir(out_dir)  # upstream's logs/ go here
     module = load_upstream(upstream_dir, config)
-    probe = TrainingProbe(module)
+    recording = TrainingProbe(module)
 
     from absl import app
 
@@ -195,10 +184,10 @@ def run(upstream_dir: Path, out_dir: Path, config: OtcaConfig, sizes: Sizes, rew
 
     rank, world_size = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
     result = {"otca": config.otca, "observe": config.otca_observe, "mode": config.otca_mode if config.active else None,
-              "world_size": world_size, "sizes": asdict(sizes), "losses": probe.losses,
-              "grad_norms": probe.grad_norms, "weights_digest": probe.weights_digest()}
+              "world_size": world_size, "sizes": asdict(sizes), "losses": recording.losses,
+              "grad_norms": recording.grad_norms, "weights_digest": recording.weights_digest()}
     (out_dir / f"smoke_rank{rank}.json").write_text(json.dumps(result, indent=2))
     if rank == 0:
         (out_dir / "smoke.json").write_text(json.dumps(result, indent=2))
-        print(f"smoke: {sizes.steps} epochs, {len(probe.losses)} backward passes, losses {probe.losses}", flush=True)
+        print(f"smoke: {sizes.steps} epochs, {len(recording.losses)} backward passes, losses {recording.losses}", flush=True)
     return result

@@ -1,8 +1,10 @@
-"""What every smoke target shares: loading the upstream file (untouched or rewritten) and the test
-probe that records each loss term's log-probs."""
+"""What every smoke target shares: loading the upstream file (untouched or rewritten), the run
+folder, FSDP, the optimizer and smoke.json. A test probe (``--probe FILE.py:NAME``, e.g. the loss-term
+recorder of tests/upstream/term_probe.py) is built from the upstream module and saved per rank."""
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import json
 import os
 import sys
@@ -31,37 +33,24 @@ def load_upstream(upstream_dir: Path, relative_file: str, config: OtcaConfig, mo
     return module
 
 
-class TermRecorder:
-    """Test probe (not part of the layer): records each rollout's log-probs and each training call's
-    new log-probs by wrapping the upstream module's functions, so a test can rebuild every loss term.
-
-    log_prob_index: where ``all_log_probs [B, S]`` sits in ``sample_reference_model``'s result;
-    rollout_fields: other parts of that result to record, ``{name: index}`` (e.g. the rewards
-    ``[B]`` and ``all_latents [B, S+1, ...]``, so a test can recompute the credit's inputs).
-    """
-
-    def __init__(self, module, log_prob_index: int, rollout_fields: dict | None = None):
-        self.rollout_log_probs, self.new_log_probs = [], []
-        self.rollout = {name: [] for name in rollout_fields or {}}
-        sample, grpo = module.sample_reference_model, module.grpo_one_step
-
-        def sample_reference_model(*args, **kwargs):
-            result = sample(*args, **kwargs)
-            self.rollout_log_probs.append(result[log_prob_index].detach().clone())
-            for name, index in (rollout_fields or {}).items():
-                self.rollout[name].append(result[index].detach().clone())
-            return result
-
-        def grpo_one_step(*args, **kwargs):
-            new = grpo(*args, **kwargs)
-            self.new_log_probs.append(new.detach().clone())
-            return new
-
-        module.sample_reference_model, module.grpo_one_step = sample_reference_model, grpo_one_step
-
-    def save(self, path: Path) -> None:
-        torch.save({"rollout_log_probs": self.rollout_log_probs, "new_log_probs": [t.reshape(-1) for t in self.new_log_probs],
-                    **{f"rollout_{name}": values for name, values in self.rollout.items()}}, path)
+def call_by_signature(function, available: dict):
+    """Call an upstream function with the arguments its signature names, taken from ``available``
+    by parameter name (extra entries are ignored), so a smoke run works on any upstream commit whose
+    hook points hold, whatever the parameters' order or number (e.g. DanceGRPO's FLUX
+    ``train_one_step`` gained ``ema_handler`` after its first release). A parameter without a default
+    that ``available`` lacks is a ``ValueError`` naming it."""
+    parameters = inspect.signature(function).parameters  # follows __wrapped__ through the layer's wrapper
+    variadic = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+    missing = [name for name, p in parameters.items()
+               if name not in available and p.default is inspect.Parameter.empty and p.kind not in variadic]
+    if missing:
+        raise ValueError(f"upstream {function.__name__}() takes {', '.join(missing)}, which the smoke run does not "
+                         f"provide (it provides {', '.join(available)}); the smoke target needs updating for this commit")
+    positional = [available[name] for name, p in parameters.items()
+                  if p.kind is inspect.Parameter.POSITIONAL_ONLY and name in available]
+    keywords = {name: available[name] for name, p in parameters.items()
+                if p.kind not in variadic and p.kind is not inspect.Parameter.POSITIONAL_ONLY and name in available}
+    return function(*positional, **keywords)
 
 
 def cast_inputs_to_weights(model: torch.nn.Module) -> None:
@@ -121,13 +110,13 @@ def report_step(rank: int, step: int, loss, grad_norm, **extra) -> dict:
 
 
 def finish(out_dir: Path, config: OtcaConfig, rank: int, world_size: int, steps: list,
-           recorder: "TermRecorder | None", **extra) -> dict:
-    """Write ``smoke.json`` (rank 0) and the recorded terms (each rank); returns the result."""
+           probe, **extra) -> dict:
+    """Write ``smoke.json`` (rank 0) and what the test probe recorded (each rank); returns the result."""
     result = {"otca": config.otca, "observe": config.otca_observe,
               "mode": config.otca_mode if config.active else None, **extra, "world_size": world_size,
               "steps": steps}
-    if recorder is not None:
-        recorder.save(out_dir / f"terms_rank{rank}.pt")
+    if probe is not None:
+        probe.save(out_dir / f"terms_rank{rank}.pt")
     if rank == 0:
         (out_dir / "smoke.json").write_text(json.dumps(result, indent=2))
     return result

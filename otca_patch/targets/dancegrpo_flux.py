@@ -21,33 +21,13 @@ module level  hook ``log_each_step``: ``train_one_step`` is wrapped to write one
 """
 from __future__ import annotations
 
-import torch
-
-from ..config import OtcaConfig
-from ..hooks.spec import TargetSpec
-from .common import GrpoRuntime
-
-
-def install(config: OtcaConfig, spec: TargetSpec, namespace: dict) -> "FluxRuntime":
-    """Called by the runner before the rewritten module executes."""
-    return FluxRuntime(config)
+from .dancegrpo import GrpoRuntime
+from .descriptor import Target
 
 
 class FluxRuntime(GrpoRuntime):
-    """State of the layer inside one DanceGRPO FLUX process (one rank)."""
+    """DanceGRPO's FLUX trainer follows the DanceGRPO skeleton: the family runtime does it all."""
 
-    def reset(self) -> None:
-        super().reset()
-        self.images, self.prompts = [], []
 
-    # ---- hook: collect_decoded_images (sample_reference_model)
-    def collect_images(self, decoded_images, captions) -> None:
-        if self.objectives.needs_images:
-            self.images.extend(decoded_images)
-            self.prompts.extend(captions[:len(decoded_images)])
-
-    # ---- hook: per_step_advantages (train_one_step)
-    def assign_advantages(self, samples: dict, all_latents: torch.Tensor, upstream_advantages: torch.Tensor, args):
-        """Returns the value upstream stores in ``samples["advantages"]`` and sets ``samples["otca_advantages"]``."""
-        rewards = self.objectives.matrix(samples.get("rewards"), self.images, self.prompts).to(all_latents.device)
-        return self.assign_per_step(samples, all_latents, rewards, upstream_advantages, args)
+TARGET = Target("dancegrpo-flux", FluxRuntime, outputs=("images", "reward.txt"), flags=("otca_final_state",),
+                smoke="otca_patch.smoke.dancegrpo_flux", smoke_objectives=("upstream", "clip_t"))

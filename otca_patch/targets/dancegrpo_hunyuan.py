@@ -32,26 +32,21 @@ import math
 
 import torch
 
-from ..config import OtcaConfig
-from ..hooks.spec import TargetSpec
-from .common import STEP_KEY, GrpoRuntime, frames_to_tensor
+from ..objective_set import UpstreamRewards
+from .dancegrpo import GrpoRuntime
+from .descriptor import Target
 
 ROWS_KEY = "otca_rows"
-
-
-def install(config: OtcaConfig, spec: TargetSpec, namespace: dict) -> "HunyuanRuntime":
-    """Called by the runner before the rewritten module executes."""
-    return HunyuanRuntime(config)
 
 
 class HunyuanRuntime(GrpoRuntime):
     """State of the layer inside one DanceGRPO HunyuanVideo process (one rank)."""
 
-    upstream_columns = ("vq", "mq", "ta")
+    upstream_rewards = UpstreamRewards(columns=("vq", "mq", "ta"))  # `upstream` = all three
 
     def reset(self) -> None:
         super().reset()
-        self.text_alignment, self.videos, self.prompts = [], [], []
+        self.text_alignment = []
 
     # ---- hooks: collect_text_alignment, collect_failed_text_alignment (sample_reference_model)
     def collect_text_alignment(self, value) -> None:
@@ -60,12 +55,6 @@ class HunyuanRuntime(GrpoRuntime):
             self.text_alignment.append(float(value))
         except (TypeError, ValueError):
             self.text_alignment.append(math.nan)
-
-    # ---- hook: collect_decoded_videos (sample_reference_model)
-    def collect_video(self, decoded_video, captions) -> None:
-        if self.objectives.needs_images:
-            self.videos.append(frames_to_tensor(decoded_video))
-            self.prompts.append(captions[0])
 
     # ---- hook: mark_rollout_rows (train_one_step, before best-of-n)
     def mark_rows(self, samples: dict) -> None:
@@ -76,36 +65,29 @@ class HunyuanRuntime(GrpoRuntime):
     def assign_advantages(self, samples: dict, all_latents: torch.Tensor, args) -> None:
         """Sets ``samples["otca_advantages"]`` ``[B_kept, S-1]`` for the rows best-of-n kept."""
         rows = samples[ROWS_KEY]
-        per_rank = all_latents.shape[0]
-        kept_steps = samples["log_probs"].shape[1]  # S-1: upstream drops the last step
-        if len(self.text_alignment) != per_rank:
-            raise ValueError(f"otca-patch: {len(self.text_alignment)} VideoAlign TA scores for {per_rank} rollouts")
+        if len(self.text_alignment) != all_latents.shape[0]:
+            raise ValueError(f"otca-patch: {len(self.text_alignment)} VideoAlign TA scores for "
+                             f"{all_latents.shape[0]} rollouts")
         text_alignment = torch.tensor(self.text_alignment, dtype=torch.float32)[rows.cpu()]
         if torch.isnan(text_alignment).any() and "upstream.ta" in self.objectives.names:
             raise ValueError("otca-patch: VideoAlign's reward() returned no 'TA' score for some videos")
         upstream = {"vq": samples["vq_rewards"], "mq": samples["mq_rewards"], "ta": text_alignment}
-        videos = torch.stack(self.videos)[rows.cpu()] if self.videos else None
-        prompts = [self.prompts[i] for i in rows.tolist()] if self.prompts else []
-        rewards = self.objectives.video_matrix(upstream, videos, prompts,
-                                               self.config.otca_video_frames).to(all_latents.device)
-        group_ids = self.group_ids(rows, per_rank, args)
-        local, summary = self.credit(rewards, all_latents[rows], group_ids)
+        rewards = self.rewards(upstream, rows.cpu()).to(all_latents.device)
         by_objective = torch.stack([samples["vq_advantages"], samples["mq_advantages"]], dim=1)
         combined = args.vq_coef * by_objective[:, 0] + args.mq_coef * by_objective[:, 1]
-        if self.config.otca_observe:
-            trained = combined.reshape(-1, 1).expand(-1, kept_steps).clone()
-        else:
-            trained = local["advantages"][:, :kept_steps].to(combined.dtype).contiguous()
-        samples[STEP_KEY] = trained
-        self.record = self.credit_record(local, summary, group_ids, rewards, trained, combined)
-        self.record.update(kept_rows=rows, upstream_objective_advantages=by_objective,
-                           coefficients=[float(args.vq_coef), float(args.mq_coef)])
+        self.assign_per_step(samples, all_latents, rewards, combined, args, rows=rows, kept_rows=rows,
+                             upstream_objective_advantages=by_objective,
+                             coefficients=[float(args.vq_coef), float(args.mq_coef)])
 
     # ---- hook: one_loss_on_the_step_advantage (train_one_step, inner loop)
     def policy_loss(self, upstream_loss, ratio, advantage, clip_range, adv_clip_max, normaliser):
         """PPO-clipped loss of one column on its OTCA advantage ``[1]``; upstream's loss in observe mode."""
-        if self.config.otca_observe:
+        if self.observing:
             return upstream_loss
         advantage = torch.clamp(advantage, -adv_clip_max, adv_clip_max)
         clipped_ratio = torch.clamp(ratio, 1.0 - clip_range, 1.0 + clip_range)
         return torch.mean(torch.maximum(-advantage * ratio, -advantage * clipped_ratio)) / normaliser
+
+
+TARGET = Target("dancegrpo-hunyuan", HunyuanRuntime, outputs=("videos", "vq_reward.txt", "mq_reward.txt"),
+                flags=("otca_video_frames",), smoke="otca_patch.smoke.dancegrpo_hunyuan")

@@ -14,11 +14,13 @@ run-log line per ``train_one_step``.
 """
 from __future__ import annotations
 
-from ..config import OtcaConfig
-from ..hooks.spec import TargetSpec
-from .dancegrpo_flux import FluxRuntime
+from .dancegrpo import GrpoRuntime
+from .descriptor import Target
 
 
-def install(config: OtcaConfig, spec: TargetSpec, namespace: dict) -> FluxRuntime:
-    """Called by the runner before the rewritten module executes."""
-    return FluxRuntime(config)
+class QwenImageRuntime(GrpoRuntime):
+    """This trainer follows the DanceGRPO skeleton: the family runtime does it all."""
+
+
+TARGET = Target("dancegrpo-qwenimage", QwenImageRuntime, outputs=("images", "reward.txt"), flags=("otca_final_state",),
+                smoke="otca_patch.smoke.dancegrpo_qwenimage", smoke_objectives=("upstream", "clip_t"))

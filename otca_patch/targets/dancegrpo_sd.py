@@ -29,14 +29,8 @@ from types import SimpleNamespace
 
 import torch
 
-from ..config import OtcaConfig
-from ..hooks.spec import TargetSpec
-from .common import GrpoRuntime
-
-
-def install(config: OtcaConfig, spec: TargetSpec, namespace: dict) -> "SdRuntime":
-    """Called by the runner before the rewritten module executes."""
-    return SdRuntime(config)
+from .dancegrpo import GrpoRuntime
+from .descriptor import Target
 
 
 class SdRuntime(GrpoRuntime):
@@ -44,23 +38,19 @@ class SdRuntime(GrpoRuntime):
 
     def reset(self) -> None:
         super().reset()
-        self.images, self.prompts = [], []
         self.order, self.loss_sum, self.loss_count, self.grad_norm = None, 0.0, 0, None
 
     # ---- hook: collect_decoded_images
-    def collect_images(self, images: torch.Tensor, prompts) -> None:
-        """images: one chunk's decoded ``[b, 3, H, W]`` in [0, 1] (``output_type="pt"``)."""
-        if self.objectives.needs_images:
-            self.images.append(images.detach().float())
-            self.prompts.extend(prompts)
+    def collect_images(self, decoded_images: torch.Tensor, captions) -> None:
+        """decoded_images: one chunk's ``[b, 3, H, W]`` in [0, 1] (``output_type="pt"``, bf16 under autocast)."""
+        super().collect_images(decoded_images.detach().float(), captions)
 
     # ---- hook: per_step_advantages
     def assign_advantages(self, samples: dict, all_latents: torch.Tensor, upstream_advantages: torch.Tensor, config):
-        """Returns the value upstream stores in ``samples["final_advantages"]`` and sets ``samples["otca_advantages"]``."""
-        images = torch.cat(self.images) if self.images else []
-        rewards = self.objectives.matrix(samples.get("rewards"), images, self.prompts).to(all_latents.device)
-        layout = SimpleNamespace(use_group=True, num_generations=config.num_generations)  # the only branch here
-        return self.assign_per_step(samples, all_latents, rewards, upstream_advantages, layout)
+        """Returns what upstream stores in ``samples["final_advantages"]``; sets ``samples["otca_advantages"]``.
+        Groups: ``config.num_generations`` contiguous samples per prompt (upstream's only branch)."""
+        layout = SimpleNamespace(use_group=True, num_generations=config.num_generations)
+        return super().assign_advantages(samples, all_latents, upstream_advantages, layout)
 
     # ---- hook: record_step_order (once per inner epoch)
     def record_order(self, samples: dict, perms: torch.Tensor, train_config) -> None:
@@ -81,7 +71,10 @@ class SdRuntime(GrpoRuntime):
 
     def end_epoch(self) -> None:
         """One run-log line: the epoch's mean upstream loss and its last clipped gradient norm."""
-        self.step += 1
-        grad_norm = None if self.grad_norm is None else float(self.grad_norm)
-        self.write_log((self.loss_sum / max(self.loss_count, 1), grad_norm))
+        self.write_record(trained_steps=self.trained_steps, loss=self.loss_sum / max(self.loss_count, 1),
+                          grad_norm=None if self.grad_norm is None else float(self.grad_norm))
         self.reset()
+
+
+TARGET = Target("dancegrpo-sd", SdRuntime, outputs=("images_same", "reward.txt", "logs", "my_checkpoints"),
+                smoke="otca_patch.smoke.dancegrpo_sd", smoke_objectives=("upstream", "clip_t"))

@@ -24,46 +24,69 @@ A map of the upstream file and of what each hook point does there:
     DDP, so without it each rank steps on its own gradient and the replicas drift apart (DanceGRPO
     issue #110). Without the flag the hook does nothing: vanilla stays vanilla.
 module level  hook ``log_each_step``: ``train_one_step`` is wrapped to write one run-log line per call.
+``main``  loads ``WanTransformer3DModel`` from ``<pretrained>/transformer``, optionally applies gradient
+    checkpointing to its ``WanTransformerBlock``s, trains it without FSDP/DDP, and every
+    ``checkpointing_steps`` saves ``transformer.state_dict()`` (rank 0) into ``checkpoint-<step>-<epoch>/``.
+    hook ``load_experts`` (Wan2.2, ``--otca_wan22`` or a ``model_index.json`` with ``transformer_2``): the
+    loaded transformer becomes an ``ExpertRouter`` of both experts (``targets/wan22.py``), before
+    upstream's checkpointing, ``.train()`` and optimizer see it; Wan2.1 keeps upstream's transformer.
+    hook ``save_experts``: Wan2.2 writes each expert in diffusers' layout under ``checkpoint-*/<expert>/``;
+    Wan2.1 runs upstream's own ``save_file(cpu_state, weight_path)``.
 """
 from __future__ import annotations
 
 import torch
 import torch.distributed as dist
 
-from ..config import OtcaConfig
 from ..distributed import world
-from ..hooks.spec import TargetSpec
-from .common import GrpoRuntime, frames_to_tensor
-
-
-def install(config: OtcaConfig, spec: TargetSpec, namespace: dict) -> "WanRuntime":
-    """Called by the runner before the rewritten module executes."""
-    return WanRuntime(config)
+from .dancegrpo import GrpoRuntime
+from .descriptor import Target
+from .wan22 import ExpertRouter, is_wan22_checkpoint, load_experts, save_experts
 
 
 class WanRuntime(GrpoRuntime):
-    """State of the layer inside one DanceGRPO Wan2.1 process (one rank)."""
+    """State of the layer inside one DanceGRPO Wan2.1 / Wan2.2 process (one rank)."""
 
-    supports_sync_grads = True
+    router = None  # the ExpertRouter of a Wan2.2 run
+
+    # ---- hook: load_experts (main, after upstream loads the transformer)
+    def load_experts(self, transformer: torch.nn.Module, args) -> torch.nn.Module:
+        """Wan2.2: both experts behind one router; Wan2.1: upstream's transformer, untouched."""
+        folder = args.pretrained_model_name_or_path
+        if not (self.config.otca_wan22 or is_wan22_checkpoint(folder)):
+            return transformer
+        if not is_wan22_checkpoint(folder):
+            raise ValueError(f"--otca_wan22: {folder}/model_index.json declares no transformer_2 (not Wan2.2-A14B)")
+        self.config.otca_wan22 = True
+        self.router = load_experts(transformer, folder, self.config.otca_wan22_train)
+        return self.router
+
+    # ---- hook: save_experts (main, rank 0, where upstream writes its checkpoint)
+    def save_transformer(self, transformer, cpu_state: dict, save_dir: str, weight_path: str) -> None:
+        if isinstance(transformer, ExpertRouter):
+            save_experts(transformer, save_dir)
+        else:
+            from safetensors.torch import save_file
+
+            save_file(cpu_state, weight_path)
 
     def reset(self) -> None:
         super().reset()
-        self.videos, self.prompts = [], []
+        if self.router is not None:
+            self.router.served.clear()
 
-    # ---- hook: collect_decoded_videos (sample_reference_model)
-    def collect_video(self, decoded_video, captions) -> None:
-        """decoded_video: one video as upstream decodes it, numpy ``[F, H, W, 3]`` in [0, 1]."""
-        if self.objectives.needs_images:
-            self.videos.append(frames_to_tensor(decoded_video))
-            self.prompts.append(captions[0])
-
-    # ---- hook: per_step_advantages (train_one_step)
-    def assign_advantages(self, samples: dict, all_latents: torch.Tensor, upstream_advantages: torch.Tensor, args):
-        """Returns the value upstream stores in ``samples["advantages"]`` and sets ``samples["otca_advantages"]``."""
-        videos = torch.stack(self.videos) if self.videos else None  # [B, F, 3, H, W]
-        rewards = self.objectives.video_matrix(samples.get("rewards"), videos, self.prompts,
-                                               self.config.otca_video_frames).to(all_latents.device)
-        return self.assign_per_step(samples, all_latents, rewards, upstream_advantages, args)
+    def write_log(self, result) -> None:
+        """Wan2.2: the record also says which expert served each trained column ``[B][n]`` (in
+        training order) and which expert each sampled timestep went to."""
+        if self.router is not None and self.record is not None:
+            trained = [names for _, names, grad in self.router.served if grad]
+            sampled = {t: name for steps, names, grad in self.router.served if not grad for t, name in zip(steps, names)}
+            rows, columns = self.trained_steps.shape
+            if len(trained) != rows * columns:
+                raise ValueError(f"otca-patch: {len(trained)} training forwards for {rows}x{columns} trained steps")
+            self.record["trained_experts"] = [[trained[r * columns + c][0] for c in range(columns)] for r in range(rows)]
+            self.record["sampled_experts"] = {str(t): name for t, name in sorted(sampled.items(), reverse=True)}
+        super().write_log(result)
 
     # ---- hook: synchronise_gradients (train_one_step, before clip_grad_norm_)
     def synchronise_gradients(self, model: torch.nn.Module) -> None:
@@ -82,3 +105,9 @@ class WanRuntime(GrpoRuntime):
         for grad in grads:
             grad.copy_(flat[offset:offset + grad.numel()].view_as(grad))
             offset += grad.numel()
+
+
+TARGET = Target("dancegrpo-wan", WanRuntime, outputs=("videos", "reward.txt"),
+                flags=("otca_video_frames", "otca_sync_grads", "otca_wan22", "otca_wan22_train"),
+                smoke="otca_patch.smoke.dancegrpo_wan", smoke_objectives=("upstream", "clip_t"),
+                smoke_variants=(("dancegrpo-wan22", "otca_patch.smoke.dancegrpo_wan22"),))

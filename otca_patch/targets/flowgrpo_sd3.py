@@ -29,130 +29,13 @@ end of epoch  hook ``log_each_epoch`` (before ``epoch += 1``): one run-log line 
 """
 from __future__ import annotations
 
-import sys
-
-import torch
-
-from ..config import OtcaConfig
-from ..credit import credit_from_progress, similarity_to_final, step_progress
-from ..distributed import gather_rows, local_rows, world
-from ..hooks.spec import TargetSpec
-from ..runlog import RunLog
-from .flowgrpo_groups import group_ids_from_keys, prompt_keys
-from .flowgrpo_objectives import FlowObjectives
+from .descriptor import Target
+from .flowgrpo import FlowGrpoRuntime
 
 
-def install(config: OtcaConfig, spec: TargetSpec, namespace: dict) -> "FlowGrpoRuntime":
-    """Called by the runner before the rewritten module executes."""
-    return FlowGrpoRuntime(config)
+class Sd3Runtime(FlowGrpoRuntime):
+    """FlowGRPO's SD3 trainer follows the FlowGRPO skeleton: the family runtime does it all."""
 
 
-def trajectory_progress(latents: torch.Tensor, next_latents: torch.Tensor) -> torch.Tensor:
-    """TCD's ``delta_s [B, S]`` float64 from upstream's ``latents`` (state before each step) and
-    ``next_latents`` (state after it); one sample at a time, so no batch-sized copy is made."""
-    rows = [step_progress(similarity_to_final(torch.cat([latents[i:i + 1], next_latents[i:i + 1, -1:]], dim=1))
-                          .double()) for i in range(latents.shape[0])]
-    return torch.cat(rows, dim=0)
-
-
-class FlowGrpoRuntime:
-    """State of the layer inside one FlowGRPO process."""
-
-    def __init__(self, config: OtcaConfig):
-        self.config = config
-        self.credit_config = config.credit_config()
-        self.objectives = None  # bound inside main(), once upstream's config is parsed
-        self.log = RunLog(config.otca_log_dir)
-        self.step = 0
-        self.reset()
-
-    def describe(self) -> str:
-        kind = "observe (trains vanilla)" if self.config.otca_observe else f"mode {self.credit_config.mode}"
-        return f"{kind}; objectives {', '.join(self.config.otca_rewards)}; log {self.log.path}"
-
-    def reset(self) -> None:
-        self.images, self.prompts, self.losses = [], [], []
-        self.record = None
-        self.kept = None
-
-    # ---- hook: bind_objectives (main, before set_seed)
-    def bind(self, upstream_config, accelerator) -> None:
-        device = self.config.otca_reward_device or accelerator.device
-        self.objectives = FlowObjectives(self.config.otca_rewards, dict(upstream_config.reward_fn),
-                                         self.config.otca_reward_ckpt, self.config.otca_reward_opt, device)
-        weights = self.config.otca_objective_weights
-        if weights is not None and len(weights) != len(self.objectives.names):
-            raise ValueError(f"--otca_objective_weights: {len(weights)} weights for objectives "
-                             f"{', '.join(self.objectives.names)}")
-
-    # ---- hook: collect_images (main, sampling loop)
-    def collect_batch(self, images: torch.Tensor, prompts) -> None:
-        if self.objectives.needs_images:
-            self.images.append(images.detach().float())
-            self.prompts.extend(prompts)
-
-    # ---- hook: per_step_advantages (main, after upstream splits its advantages back)
-    def assign_advantages(self, samples: dict, upstream_config, tokenizer, num_train_timesteps: int):
-        """The value upstream stores in ``samples["advantages"]``: this process's ``[B, T]`` rows."""
-        upstream_advantages = samples["advantages"]
-        batch, device = upstream_advantages.shape[0], upstream_advantages.device
-        images = torch.cat(self.images) if self.images else None
-        rewards = self.objectives.matrix(samples["rewards"], images, self.prompts).to(device)
-        if upstream_config.per_prompt_stat_tracking:  # upstream's groups: the decoded prompt text
-            keys = prompt_keys(tokenizer.batch_decode(samples["prompt_ids"], skip_special_tokens=True), device)
-        else:  # upstream's global normalisation: one group over the gathered batch
-            keys = torch.zeros(batch, dtype=torch.long, device=device)
-        delta_s = trajectory_progress(samples["latents"], samples["next_latents"]).to(device)
-        group_ids = group_ids_from_keys(gather_rows(keys))
-        credit = credit_from_progress(gather_rows(rewards), gather_rows(delta_s), group_ids, self.credit_config)
-        local = {name: local_rows(value, batch) for name, value in credit.tensors().items()}
-        if self.config.otca_observe:
-            trained = upstream_advantages
-        else:
-            trained = local["advantages"][:, :num_train_timesteps].to(device=device, dtype=upstream_advantages.dtype)
-        self.record = {
-            "group_ids": local_rows(group_ids, batch), "rewards": rewards, "delta_s": local["delta_s"],
-            "step_weights": local["step_weights"], "mixture": local["mixture"], "combined": local["combined"],
-            "lambdas": local["lambdas"], "objective_advantages": local["objective_advantages"],
-            "advantages": trained, "upstream_advantages": upstream_advantages, "summary": credit.summary(),
-            # every sample trains steps 0 .. T-1 in sampling order (DanceGRPO's logs name a random order)
-            "trained_steps": torch.arange(num_train_timesteps).expand(batch, num_train_timesteps),
-        }
-        self.images, self.prompts = [], []
-        return trained
-
-    # ---- hook: record_kept_samples (main, after the zero-advantage filter)
-    def record_kept(self, mask: torch.Tensor) -> None:
-        self.kept = mask.detach().clone()
-
-    # ---- hook: record_loss (main, training loop)
-    def record_loss(self, loss: torch.Tensor) -> None:
-        self.losses.append(loss.detach())
-
-    # ---- hook: log_each_epoch (main, end of the epoch)
-    def end_epoch(self, epoch: int, global_step: int) -> None:
-        if self.record is None:
-            print("otca-patch: warning: an epoch ended without computing advantages", file=sys.stderr)
-            self.reset()
-            return
-        self.step += 1
-        rank, size = world()
-        loss = float(torch.stack(self.losses).float().mean()) if self.losses else None
-        record = {
-            "step": self.step, "epoch": epoch, "global_step": global_step, "rank": rank, "world_size": size,
-            "mode": self.credit_config.mode, "observe": self.config.otca_observe,
-            "config": self.credit_config.to_dict(), "objectives": list(self.objectives.names), **self.record,
-            "kept": self.kept, "loss": loss,
-        }
-        self.log.write(record)
-        self._to_wandb(rank, record["summary"], global_step)
-        self.reset()
-
-    def _to_wandb(self, rank: int, summary: dict, global_step: int) -> None:
-        wandb = sys.modules.get("wandb")
-        if rank != 0 or wandb is None or getattr(wandb, "run", None) is None:
-            return
-        scalars = {f"otca/{k}": v for k, v in summary.items() if isinstance(v, float)}
-        scalars.update({f"otca/mixture_{name}": value for name, value in
-                        zip(self.objectives.names, summary["mixture_mean_per_objective"])})
-        wandb.log(scalars, step=global_step)
+TARGET = Target("flowgrpo-sd3", Sd3Runtime, outputs=("logs", "checkpoints"), smoke="otca_patch.smoke.flowgrpo_sd3",
+                smoke_objectives=("jpeg_compressibility", "clip_t"))

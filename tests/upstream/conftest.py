@@ -1,5 +1,7 @@
-"""Runs against a real upstream checkout: found through ``upstream/<name>`` (the git submodule) or
-``OTCA_UPSTREAM_<NAME>``; every test here skips, with that reason, when there is none."""
+"""Runs against a real upstream checkout: ``OTCA_UPSTREAM_<NAME>``, the git submodule
+``upstream/<name>``, or the pinned snapshot in ``../shared/upstream/`` (see upstream_snapshots.py).
+Without one a test skips with the reason, and fails under CI. Smoke runs go through
+``python -m otca_patch.smoke`` (under torchrun / ``accelerate launch -m``), as a user runs them."""
 import importlib.util
 import json
 import os
@@ -14,7 +16,7 @@ import upstream_snapshots as snapshots
 from upstream_snapshots import upstream_checkout
 
 REPO = Path(__file__).resolve().parents[2]
-SMOKE = REPO / "scripts" / "smoke_upstream.py"
+SMOKE = ["-m", "otca_patch.smoke"]  # run from REPO, so the checkout's package is the one imported
 
 
 def require_upstream_packages() -> None:
@@ -50,12 +52,18 @@ class SmokeRun:
         return [s["grad_norm"] for s in self.result["steps"]]
 
 
+#: the loss-term recorder the DanceGRPO smoke runs load for ``--record_terms`` (test-only code)
+TERM_PROBE = f"{Path(__file__).with_name('term_probe.py')}:TermRecorder"
+
+
 def run_smoke(upstream: Path, out: Path, *flags: str, env: dict | None = None, nproc: int = 1,
               check: bool = True) -> SmokeRun:
-    command = [sys.executable, str(SMOKE), str(upstream), str(out), *flags]
+    """``--record_terms`` among ``flags`` loads ``TERM_PROBE`` into the run (``terms_rank<r>.pt``)."""
+    flags = [part for flag in flags for part in (["--probe", TERM_PROBE] if flag == "--record_terms" else [flag])]
+    command = [sys.executable, *SMOKE, str(upstream), str(out), *flags]
     if nproc > 1:
         command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc),
-                   "--master_port", str(29700 + os.getpid() % 200), str(SMOKE), str(upstream), str(out), *flags]
+                   "--master_port", str(29700 + os.getpid() % 200), *SMOKE, str(upstream), str(out), *flags]
     completed = subprocess.run(command, capture_output=True, text=True, timeout=900,
                                env={**os.environ, **(env or {})}, cwd=REPO)
     if check and completed.returncode != 0:
@@ -63,12 +71,27 @@ def run_smoke(upstream: Path, out: Path, *flags: str, env: dict | None = None, n
     return SmokeRun(out, completed)
 
 
-def ppo_terms(run, trained_steps, advantages, step_weights=None, gas=4, clip_range=1e-4, adv_clip_max=5.0,
-              rows=None):
-    """Upstream's PPO loss of the first training step, term by term, rebuilt from the recorded
-    log-probs: max(-A r, -A clip(r)) / (gas * train_timesteps) per (sample, trained column), with
-    A = clamp(advantage * step weight, +-adv_clip_max). advantages ``[B]``; trained_steps ``[B, T]``;
-    rows: the rollouts the trained rows came from (best-of-n), default all in order."""
+def with_startup_hook(flags: str) -> dict:
+    """The environment of a process that ``scripts/otca_run.sh`` started with ``flags``: the startup
+    hook on PYTHONPATH (this checkout's package behind it) and the flags in ``$OTCA_PATCH_ARGS``."""
+    from otca_patch.config import ENV_ARGS
+    from otca_patch.launch.wrapper import STARTUP_DIR
+
+    return {ENV_ARGS: flags, "PYTHONPATH": os.pathsep.join([str(STARTUP_DIR), str(REPO)])}
+
+
+def ppo_terms(run, args, trained_steps, advantages, step_weights=None, rows=None, clip_range=None,
+              adv_clip_max=None):
+    """Upstream's PPO loss of the first training step, term by term in float64, rebuilt from the
+    recorded log-probs: max(-A r, -A clip(r)) / (gas * train_timesteps) per (sample, trained column),
+    with A = clamp(advantage * step weight, +-adv_clip_max). args: the upstream arguments the smoke
+    run passed (its ``upstream_args``: gradient accumulation, clip range, advantage clip; a trainer
+    that fixes the last two in its code gets them as ``clip_range`` / ``adv_clip_max``).
+    advantages ``[B]``; trained_steps ``[B, T]``; rows: the rollouts the trained rows came from
+    (best-of-n), default all in order."""
+    clip_range = args.clip_range if clip_range is None else clip_range
+    adv_clip_max = args.adv_clip_max if adv_clip_max is None else adv_clip_max
+    gas = args.gradient_accumulation_steps
     terms = run.terms[0]
     old = terms["rollout_log_probs"][0].double()  # [B, S], first step only
     old = old if rows is None else old[rows]
@@ -80,6 +103,24 @@ def ppo_terms(run, trained_steps, advantages, step_weights=None, gas=4, clip_ran
     adv = (advantages[:, None] * weights).clamp(-adv_clip_max, adv_clip_max)
     clipped = ratio.clamp(1 - clip_range, 1 + clip_range)
     return torch.maximum(-adv * ratio, -adv * clipped) / (gas * train_timesteps)
+
+
+def assert_same_update(ours, theirs, args, trained_steps, our_advantages, their_advantages, rows=None, **clips):
+    """Two runs trained the same first step: the same rollout and first-step new log-probs
+    (bit-identical: same weights, noise and step order), per-term PPO losses equal in float64 (each
+    advantage within float32 rounding of the other's), and the same clipped gradient norms. Not the
+    summed loss: its terms cancel (a group's advantages have zero mean), so float32 rounding
+    dominates the sum."""
+    first = trained_steps.numel()  # the first step's calls: one per (sample, trained column)
+    assert torch.equal(torch.stack(ours.terms[0]["new_log_probs"][:first]),
+                       torch.stack(theirs.terms[0]["new_log_probs"][:first]))
+    assert torch.equal(ours.terms[0]["rollout_log_probs"][0], theirs.terms[0]["rollout_log_probs"][0])
+    our_terms = ppo_terms(ours, args, trained_steps, our_advantages, rows=rows, **clips)
+    their_terms = ppo_terms(theirs, args, trained_steps, their_advantages, rows=rows, **clips)
+    assert their_terms.abs().max() > 0, "every loss term is zero: nothing to compare"
+    assert torch.allclose(our_terms, their_terms, rtol=1e-6, atol=1e-6 * their_terms.abs().max().item())
+    for our_norm, their_norm in zip(ours.grad_norms, theirs.grad_norms):
+        assert our_norm == pytest.approx(their_norm, rel=1e-6)
 
 
 # ---- FlowGRPO (scripts/train_sd3.py under accelerate)
@@ -122,7 +163,7 @@ class FlowSmokeRun:
 
 def run_flowgrpo_smoke(upstream: Path, out: Path, *flags: str, nproc: int = 1, env: dict | None = None,
                        check: bool = True) -> FlowSmokeRun:
-    command = [*accelerate_launch(nproc), str(SMOKE), str(upstream), str(out), "--target", "flowgrpo-sd3", *flags]
+    command = [*accelerate_launch(nproc), *SMOKE, str(upstream), str(out), "--target", "flowgrpo-sd3", *flags]
     completed = subprocess.run(command, capture_output=True, text=True, timeout=900,
                                env={**os.environ, "WANDB_MODE": "disabled", **(env or {})}, cwd=REPO)
     if check and completed.returncode != 0:
@@ -131,13 +172,17 @@ def run_flowgrpo_smoke(upstream: Path, out: Path, *flags: str, nproc: int = 1, e
 
 
 def cached_runs(make):
-    """``get(name, *flags, **options)``: ``make(name, *flags, **options)`` once per name, then the
-    same finished run, so the tests of a module compare runs made once."""
-    made = {}
+    """``get(name, *flags, **options)``: ``make(folder, *flags, **options)`` once per distinct call (the
+    name, every flag and every option), then the same finished run, so the tests of a module
+    compare runs made once. A name asked for with other arguments gets a run of its own, in its own
+    folder (``name-2``, ...)."""
+    made, folders = {}, {}
 
     def get(name, *flags, **options):
-        if name not in made:
-            made[name] = make(name, *flags, **options)
-        return made[name]
+        key = (name, flags, repr(sorted(options.items())))
+        if key not in made:
+            folders[name] = folders.get(name, 0) + 1
+            made[key] = make(name if folders[name] == 1 else f"{name}-{folders[name]}", *flags, **options)
+        return made[key]
 
     return get

@@ -8,19 +8,17 @@ smoke run's probe, not by the layer), the registry objective by scoring upstream
 """
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 import torch
 
-from otca_patch.config import ENV_ARGS
 from otca_patch.credit import CreditConfig, credit_from_progress
-from otca_patch.launch.wrapper import STARTUP_DIR
 
-from .conftest import REPO, cached_runs, ppo_terms, run_smoke
+from .conftest import cached_runs, ppo_terms, run_smoke, with_startup_hook
 
 #: the objectives of ``--otca`` alone in every image smoke target
 DEFAULT_OBJECTIVES = ["upstream", "clip_t"]
@@ -51,6 +49,7 @@ class ImageTrainerChecks:
     group_size = 4  # num_generations of the smoke run
     timestep_fraction = 0.6
     ppo = {"gas": 4, "clip_range": 1e-4, "adv_clip_max": 5.0}  # what ppo_terms needs
+    probe = None  # FILE.py:NAME of the smoke's test probe (None: conftest's term probe, via --record_terms)
     mutation = ('samples["advantages"] = advantages', 'samples["advantages"] = advantages * 1')
     mutated_hook = ("per_step_advantages", "function train_one_step", "found 1 times, expected exactly 2")
     # sum mode vs vanilla: the credit engine's advantage differs from upstream's float32 one by rounding;
@@ -74,20 +73,27 @@ class ImageTrainerChecks:
         raise NotImplementedError
 
     def rollout(self, run, rank: int = 0, step: int = 1) -> dict:
-        """What upstream's rollout of ``step`` returned on ``rank`` (recorded by the smoke probe)."""
+        """What upstream's rollout of ``step`` returned on ``rank`` (recorded by the smoke probe):
+        rewards ``[B]`` and the sampled trajectories ``[B, S+1, ...]`` (one sampler call per sample)."""
         terms = run.terms[rank]
-        return {"rewards": terms["rollout_rewards"][step - 1], "latents": terms["rollout_latents"][step - 1]}
+        batch = terms["rollout_log_probs"][step - 1].shape[0]
+        latents = torch.cat(terms["trajectories"][(step - 1) * batch:step * batch])
+        return {"rewards": terms["rollout_rewards"][step - 1], "latents": latents}
 
     def terms(self, run, trained: torch.Tensor, step_advantages: torch.Tensor) -> torch.Tensor:
         """Upstream's PPO loss of the first step per (sample, trained column), float64, with
         ``step_advantages [B, S-1]`` the advantage of each (sample, original step)."""
-        return ppo_terms(run, trained, torch.ones(trained.shape[0], dtype=torch.float64),
-                         step_weights=step_advantages.double(), **self.ppo)
+        args = SimpleNamespace(gradient_accumulation_steps=self.ppo["gas"], clip_range=self.ppo["clip_range"],
+                               adv_clip_max=self.ppo["adv_clip_max"])
+        return ppo_terms(run, args, trained, torch.ones(trained.shape[0], dtype=torch.float64),
+                         step_weights=step_advantages.double())
 
     # ---- runs
     def run(self, upstream, out, *flags, env=None, **options):
         """One smoke run of this target. One thread per process: on a loaded machine several threads
         per process are slower by an order of magnitude, and every run of a comparison uses the same."""
+        if self.probe:
+            flags = [part for flag in flags for part in (["--probe", self.probe] if flag == "--record_terms" else [flag])]
         return run_smoke(upstream, out, "--target", self.target, *self.sizes, *flags,
                          env={"OMP_NUM_THREADS": "1", **(env or {})}, **options)
 
@@ -128,9 +134,7 @@ class ImageTrainerChecks:
     # ---- the checks
     def test_vanilla_parity_with_the_layer_present_but_not_asked_for(self, runs):
         vanilla = self.vanilla(runs)
-        # the startup hook first, then this checkout's otca_patch (not whichever one is installed)
-        path = os.pathsep.join([str(STARTUP_DIR), str(REPO), os.environ.get("PYTHONPATH", "")])
-        present = runs("present", "--steps", "2", env={ENV_ARGS: "--otca_mode tcd", "PYTHONPATH": path})
+        present = runs("present", "--steps", "2", env=with_startup_hook("--otca_mode tcd"))
         assert present.losses == vanilla.losses and present.grad_norms == vanilla.grad_norms
         assert not (present.out / "run_log.jsonl").exists()
 
@@ -225,7 +229,8 @@ class ImageTrainerChecks:
                                 text=True, timeout=120)
         assert doctor.returncode == 1
         section = doctor.stdout.split(f"{self.target}: {self.upstream_file}")[1].split("\n\n")[0]
-        assert hook in section and f"FAIL: anchor {problem}" in section and "differs from the verified file" in section
+        assert hook in section and f"FAIL: anchor {problem}" in section
+        assert "differs from the file the spec was verified on" in section
 
     def test_doctor_passes_on_the_pinned_checkout(self, dancegrpo):
         doctor = subprocess.run([sys.executable, "-m", "otca_patch.cli", "doctor", str(dancegrpo)], capture_output=True,
@@ -233,3 +238,4 @@ class ImageTrainerChecks:
         assert doctor.returncode == 0, doctor.stdout + doctor.stderr
         section = doctor.stdout.split(f"{self.target}: {self.upstream_file}")[1].split("\n\n")[0]
         assert "identical to the file the spec was verified on" in section and "FAIL" not in section
+        assert f"{self.target} ({self.upstream_file}): holds" in doctor.stdout

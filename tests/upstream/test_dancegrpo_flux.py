@@ -4,15 +4,16 @@ import shutil
 import pytest
 import torch
 
-from otca_patch.config import ENV_ARGS
 from otca_patch.credit import CreditConfig, credit_from_progress
-from otca_patch.launch.wrapper import STARTUP_DIR
 
-from .conftest import cached_runs, run_smoke
+from otca_patch.smoke.dancegrpo_flux import Sizes, upstream_args
+
+from .conftest import assert_same_update, cached_runs, ppo_terms, run_smoke, with_startup_hook
 
 pytestmark = pytest.mark.upstream
 
 STEPS = ["--steps", "2"]
+ARGS = upstream_args(Sizes())  # what train_one_step reads in every run here (no size flag is changed)
 
 
 @pytest.fixture(scope="module")
@@ -23,10 +24,16 @@ def runs(dancegrpo, tmp_path_factory):
 
 
 def test_vanilla_parity_with_the_layer_present_but_not_asked_for(runs):
+    """The smoke run takes its flags as a launched process does ($OTCA_PATCH_ARGS, with the startup
+    hook on the path): without --otca the upstream file runs untouched; the same environment with
+    --otca rewrites it (the control: these flags do reach the layer)."""
     vanilla = runs("vanilla", *STEPS, "--record_terms")
-    present = runs("present", *STEPS, env={ENV_ARGS: "--otca_mode tcd", "PYTHONPATH": str(STARTUP_DIR)})
+    present = runs("present", *STEPS, env=with_startup_hook("--otca_mode tcd"))
     assert present.losses == vanilla.losses and present.grad_norms == vanilla.grad_norms
     assert not (present.out / "run_log.jsonl").exists()
+    asked = runs("asked", *STEPS, env=with_startup_hook("--otca --otca_mode tcd --otca_rewards upstream"))
+    assert [r["mode"] for r in asked.log] == ["tcd", "tcd"]
+    assert asked.losses != vanilla.losses
 
 
 def test_observe_mode_trains_bit_identically_and_logs_the_credit(runs):
@@ -41,34 +48,12 @@ def test_observe_mode_trains_bit_identically_and_logs_the_credit(runs):
 
 def test_sum_mode_over_upstreams_reward_equals_vanilla(runs):
     vanilla = runs("vanilla", *STEPS, "--record_terms")
-    summed = runs("sum", *STEPS, "--otca", "--otca_mode", "sum", "--otca_rewards", "upstream")
-    for ours, theirs in zip(summed.grad_norms, vanilla.grad_norms):
-        assert ours == pytest.approx(theirs, rel=1e-6)
-    # GRPO's loss is a sum of terms that cancel (advantages have zero mean in a group), so "relative"
-    # means relative to the size of its terms, not to the near-zero sum
+    summed = runs("sum", *STEPS, "--record_terms", "--otca", "--otca_mode", "sum", "--otca_rewards", "upstream")
     record = summed.log[0]
-    scale = _vanilla_terms(vanilla, None, torch.tensor(record["trained_steps"]),
-                           torch.tensor(record["upstream_advantages"], dtype=torch.float64)).abs().sum().item()
-    assert summed.losses[0] == pytest.approx(vanilla.losses[0], abs=1e-6 * scale)
-    assert torch.allclose(torch.tensor(record["combined"]), torch.tensor(record["upstream_advantages"]),
-                          rtol=1e-6, atol=1e-7)
-
-
-def _vanilla_terms(run, step_weights=None, trained_steps=None, advantages=None, gas=4):
-    """Rebuild upstream's loss from the recorded log-probs: sum over (sample, column) of
-    max(-A r, -A clip(r)) / (gas * train_timesteps), as upstream's train_one_step computes it."""
-    terms = run.terms[0]
-    old = terms["rollout_log_probs"][0].double()  # [B, S], first step only
-    new = torch.stack(terms["new_log_probs"]).double()  # calls in order: sample-major, then column
-    batch = old.shape[0]
-    train_timesteps = trained_steps.shape[1]
-    new = new[:batch * train_timesteps].reshape(batch, train_timesteps)
-    ratio = torch.exp(new - old.gather(1, trained_steps))
-    weights = torch.ones_like(ratio) if step_weights is None else step_weights.gather(1, trained_steps)
-    adv = (advantages[:, None] * weights).clamp(-5.0, 5.0)
-    clipped = ratio.clamp(1 - 1e-4, 1 + 1e-4)
-    per_term = torch.maximum(-adv * ratio, -adv * clipped) / (gas * train_timesteps)
-    return per_term
+    combined = torch.tensor(record["combined"], dtype=torch.float64)
+    upstream_adv = torch.tensor(record["upstream_advantages"], dtype=torch.float64)
+    assert torch.allclose(combined, upstream_adv, rtol=1e-6, atol=1e-7)
+    assert_same_update(summed, vanilla, ARGS, torch.tensor(record["trained_steps"]), combined, upstream_adv)
 
 
 def test_otca_loss_is_vanilla_loss_reweighted_by_the_logged_step_weights(runs):
@@ -81,9 +66,9 @@ def test_otca_loss_is_vanilla_loss_reweighted_by_the_logged_step_weights(runs):
     # same weights, prompts, noise and step order: the new log-probs of step 1 are bit-identical
     first = len(tcd.terms[0]["new_log_probs"])
     assert torch.equal(torch.stack(tcd.terms[0]["new_log_probs"]), torch.stack(vanilla.terms[0]["new_log_probs"][:first]))
-    vanilla_terms = _vanilla_terms(vanilla, None, trained, upstream_adv)
+    vanilla_terms = ppo_terms(vanilla, ARGS, trained, upstream_adv)
     assert vanilla_terms.sum().item() == pytest.approx(vanilla.losses[0], abs=1e-6 * vanilla_terms.abs().sum().item())
-    weighted = _vanilla_terms(vanilla, weights, trained, upstream_adv)
+    weighted = ppo_terms(vanilla, ARGS, trained, upstream_adv, weights)
     assert not torch.allclose(weights, torch.ones_like(weights)), "step weights are not all 1 here"
     assert tcd.losses[0] == pytest.approx(weighted.sum().item(), abs=1e-5 * weighted.abs().sum().item())
     # term by term, OTCA's loss is the vanilla term times the step weight of the step trained
@@ -142,7 +127,7 @@ def test_a_mutated_upstream_file_stops_otca_and_doctor_reports_it(dancegrpo, tmp
                             text=True, timeout=120)
     assert doctor.returncode == 1
     assert "per_step_advantages" in doctor.stdout and "FAIL: anchor found 1 times, expected exactly 2" in doctor.stdout
-    assert "differs from the verified file" in doctor.stdout
+    assert "differs from the file the spec was verified on" in doctor.stdout
 
 
 def test_doctor_passes_on_the_pinned_checkout(dancegrpo):
@@ -153,3 +138,33 @@ def test_doctor_passes_on_the_pinned_checkout(dancegrpo):
                             text=True, timeout=120)
     assert doctor.returncode == 0, doctor.stdout + doctor.stderr
     assert "identical to the file the spec was verified on" in doctor.stdout
+
+
+def test_final_state_prediction_measures_progress_towards_the_scored_sample(runs):
+    """--otca_final_state prediction: TCD's z_T is the last predicted clean sample (what upstream
+    decodes and scores); the logged delta_s is recomputed here from the sampler's own outputs.
+    The credit options ride along: recorded in the run log, and the trained advantages follow them."""
+    run = runs("prediction", "--steps", "1", "--record_terms", "--otca", "--otca_final_state", "prediction",
+               "--otca_fusion", "group", "--otca_explore_center")
+    record = run.log[0]
+    assert record["final_state"] == "prediction"
+    assert record["config"]["fusion"] == "group" and record["config"]["explore_center"] is True
+    terms = run.terms[0]
+    batch = len(record["delta_s"])
+    trajectories = torch.cat(terms["trajectories"][:batch]).double()  # [B, S+1, tokens, channels]
+    predictions = torch.cat(terms["predictions"][:batch]).double()  # [B, tokens, channels]
+    states = torch.cat([trajectories[:, :-1], predictions[:, None]], dim=1).flatten(2)
+    final = predictions.flatten(1)[:, None]
+    similarity = (states * final).sum(-1) / (states.norm(dim=-1) * final.norm(dim=-1))
+    logged = torch.tensor(record["delta_s"], dtype=torch.float64)
+    assert torch.allclose(logged, similarity.diff(dim=1), atol=1e-5)
+    # the noisy last latent is not the prediction: the default would have logged other progress
+    last = trajectories[:, -1:].flatten(2)
+    default = ((trajectories.flatten(2) * last).sum(-1) / (trajectories.flatten(2).norm(dim=-1) * last.norm(dim=-1)))
+    assert (logged - default.diff(dim=1)).abs().max() > 1e-3
+    # and the advantages are the engine's on those inputs
+    credit = credit_from_progress(torch.tensor(record["rewards"]), logged, torch.tensor(record["group_ids"]),
+                                  CreditConfig(**record["config"]))
+    assert torch.allclose(torch.tensor(record["advantages"]), credit.advantages[:, :-1], atol=1e-6)
+    mixture = torch.tensor(record["mixture"])  # one mixture per prompt group
+    assert torch.equal(mixture, mixture[:1].expand_as(mixture))

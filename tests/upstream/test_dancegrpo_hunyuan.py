@@ -9,12 +9,16 @@ import torch
 
 from otca_patch.credit import CreditConfig, credit_from_progress
 
+from otca_patch.smoke.dancegrpo_hunyuan import Sizes, upstream_args
+
 from .conftest import cached_runs, ppo_terms, run_smoke
 
 pytestmark = pytest.mark.upstream
 
 HY = ["--target", "dancegrpo-hunyuan"]
 VQ_MQ = ["--otca_rewards", "upstream.vq,upstream.mq"]
+ARGS = upstream_args(Sizes())  # what train_one_step reads in every run here (no size flag is changed)
+UPSTREAM_CLIPS = dict(clip_range=1e-4, adv_clip_max=5.0)  # fixed in upstream's train_one_step, not arguments
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +46,7 @@ def _upstream_loss_terms(run, record):
     """Upstream's vq_loss + mq_loss of step 1, term by term, from its two logged advantages."""
     trained, rows = torch.tensor(record["trained_steps"]), torch.tensor(record["kept_rows"])
     by_objective = torch.tensor(record["upstream_objective_advantages"], dtype=torch.float64)
-    return sum(coef * ppo_terms(run, trained, by_objective[:, k], rows=rows)
+    return sum(coef * ppo_terms(run, ARGS, trained, by_objective[:, k], rows=rows, **UPSTREAM_CLIPS)
                for k, coef in enumerate(record["coefficients"]))
 
 
@@ -67,7 +71,7 @@ def test_otca_loss_is_upstreams_loss_reweighted_by_the_logged_step_weights(runs)
     upstream_terms = _upstream_loss_terms(base, record)
     assert upstream_terms.sum().item() == pytest.approx(base.losses[0], abs=1e-6 * upstream_terms.abs().sum().item())
     combined = torch.tensor(record["upstream_advantages"], dtype=torch.float64)
-    weighted = ppo_terms(base, trained, combined, weights, rows=rows)
+    weighted = ppo_terms(base, ARGS, trained, combined, weights, rows=rows, **UPSTREAM_CLIPS)
     assert not torch.allclose(weights, torch.ones_like(weights)), "step weights are not all 1 here"
     assert tcd.losses[0] == pytest.approx(weighted.sum().item(), abs=1e-5 * weighted.abs().sum().item())
     assert torch.allclose(weighted, upstream_terms * weights.gather(1, trained), rtol=1e-5, atol=1e-12)

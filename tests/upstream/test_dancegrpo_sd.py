@@ -1,5 +1,7 @@
 """DanceGRPO's real Stable Diffusion trainer (``main``: DDIM log-probs, accelerate) on the CPU,
 rewritten by the layer (``pytest -m upstream``)."""
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -21,6 +23,7 @@ class TestStableDiffusion(ImageTrainerChecks):
     # one prompt x 4 images per epoch and rank, trained one image at a time with 4 accumulation steps:
     # upstream's per-call mean over one image divided by accelerate's 4 x 2 accumulation divisor
     ppo = {"gas": 4, "clip_range": 1e-4, "adv_clip_max": 5.0}
+    probe = f"{Path(__file__).with_name('sd_probe.py')}:RolloutRecorder"
     mutation = ('samples["final_advantages"] = advantages', 'samples["final_advantages"] = advantages * 1')
     mutated_hook = ("per_step_advantages", "function main", "not found, expected exactly 1")
     # upstream trains under bf16 autocast (its launch config; the bf16 initial noise cannot even enter an

@@ -12,11 +12,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from otca_patch.config import ENV_ARGS
 from otca_patch.credit import CreditConfig, credit_from_progress
-from otca_patch.launch.wrapper import STARTUP_DIR
 
-from .conftest import cached_runs, REPO, accelerate_launch, run_flowgrpo_smoke
+from .conftest import REPO, accelerate_launch, cached_runs, run_flowgrpo_smoke, with_startup_hook
 
 pytestmark = pytest.mark.upstream
 
@@ -43,11 +41,17 @@ def tensor(record, key, dtype=None):
 
 
 def test_vanilla_parity_with_the_layer_present_but_not_asked_for(runs):
+    """The smoke run takes its flags as a launched process does ($OTCA_PATCH_ARGS, with the startup
+    hook on the path): without --otca the upstream file runs untouched; the same environment with
+    --otca rewrites it (the control: these flags do reach the layer)."""
     vanilla = runs("vanilla")
-    present = runs("present", env={ENV_ARGS: "--otca_mode tcd", "PYTHONPATH": str(STARTUP_DIR)})
+    present = runs("present", env=with_startup_hook("--otca_mode tcd"))
     assert len(vanilla.result["losses"]) == 2 * 3  # 2 epochs x 3 trained steps, one batch each
     assert present.trained == vanilla.trained
     assert not present.log
+    asked = runs("asked", env=with_startup_hook("--otca --otca_mode tcd"))
+    assert [r["mode"] for r in asked.log] == ["tcd", "tcd"]
+    assert asked.trained != vanilla.trained
 
 
 def test_observe_mode_trains_bit_identically_and_logs_the_credit(runs):
@@ -205,9 +209,11 @@ def test_otca_run_wraps_flowgrpos_accelerate_command_line(flow_grpo, tiny_sd3, t
     assert done.returncode == 0, done.stderr[-4000:]
     assert "hook points hold in: scripts/train_sd3.py" in done.stderr
     assert "otca-patch: running scripts/train_sd3.py rewritten by" in done.stderr
-    from otca_patch.runlog import read_run_log
+    from otca_patch.files import read_jsonl
 
-    records = read_run_log(str(log_dir / "run_log.jsonl"))
+    numbered, warnings = read_jsonl(log_dir / "run_log.jsonl")
+    assert not warnings
+    records = [record for _, record in numbered]
     assert [(r["step"], r["rank"], r["objectives"]) for r in records] == [
         (1, 0, ["upstream", "jpeg_compressibility"]), (2, 0, ["upstream", "jpeg_compressibility"])]
 

@@ -12,13 +12,13 @@ from pathlib import Path
 
 import torch
 
-from ..tiny_text import T5_VOCAB_SIZE, clip_tokenizer, t5_tokenizer
+from otca_patch.tiny_text import T5_VOCAB_SIZE, clip_tokenizer, t5_tokenizer
 
 #: words of the tiny T5 vocabulary (anything else maps to <unk>)
 
 def tiny_transformer(seed: int = 0):
     """The smoke runs' tiny FLUX transformer, initialised from ``seed``."""
-    from ..smoke.dancegrpo_flux import tiny_transformer as untrained
+    from otca_patch.smoke.dancegrpo_flux import tiny_transformer as untrained
 
     torch.manual_seed(seed)
     return untrained()

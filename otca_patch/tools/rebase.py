@@ -8,7 +8,7 @@ the submodule goes back to the commit it was on (--stay keeps the new one checke
 new specs against it).
 
 The submodule is upstream/DanceGRPO, or the one whose name or URL matches LOCAL_CLONE, or --submodule.
-The smoke command is ``python scripts/smoke_upstream.py UPSTREAM OUT --steps 1 --otca``; --smoke CMD
+The smoke command is ``python -m otca_patch.smoke UPSTREAM OUT --steps 1 --otca``; --smoke CMD
 (or $OTCA_REBASE_SMOKE) replaces it, run by bash with $UPSTREAM_DIR and $SMOKE_OUT set; "skip" skips it.
 Exit status: 0 moved, 1 left alone (hooks or smoke fail), 2 usage or git error.
 """
@@ -22,10 +22,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from .doctor import diagnose, format_report
-from .spec import load_specs
+from ..hooks.doctor import diagnose, format_report, verdicts
+from ..hooks.spec import load_specs
 
-REPO = Path(__file__).resolve().parents[2]
 DEFAULT_SUBMODULE = "upstream/DanceGRPO"
 SMOKE_ENV = "OTCA_REBASE_SMOKE"
 FETCHED = "refs/otca-rebase"  # where the clone's branches land inside the submodule
@@ -103,7 +102,7 @@ def run_smoke(command: str | None, upstream: Path) -> tuple[bool | None, str]:
         return None, "skipped (--smoke skip)"
     with tempfile.TemporaryDirectory(prefix="otca-rebase-smoke-") as out:
         if command is None:
-            argv = [sys.executable, str(REPO / "scripts" / "smoke_upstream.py"), str(upstream), out, "--steps", "1", "--otca"]
+            argv = [sys.executable, "-m", "otca_patch.smoke", str(upstream), out, "--steps", "1", "--otca"]
         else:
             argv = ["bash", "-c", command]
         env = dict(os.environ, UPSTREAM_DIR=str(upstream), SMOKE_OUT=out)
@@ -136,6 +135,7 @@ def rebase(superproject: Path, ref: str, clone: Path | None, submodule_path: str
         broken = [f"{r['target']}:{r['hook']} ({r['status'][len('FAIL: '):]})" for r in rows if r["status"] != "ok"]
         print(f"still hold ({len(hold)}): {', '.join(hold) or 'none'}")
         print(f"need a new spec ({len(broken)}): {', '.join(broken) or 'none'}")
+        print("\n".join(verdicts(rows)))
         if not all_hold:
             print(f"rebase: pinned commit left at {pinned[:12]}: update the specs under patches/ for {ref}, "
                   f"then run this again")

@@ -1,0 +1,85 @@
+"""The credit variants the demo can train: the six modes of ``otca_patch.credit`` and the controls
+of the ablation (spec sections 1.6, 3.6, 3.7), each a mode plus ``CreditConfig`` options.
+
+A control answers one question about a claim:
+- ``tcd_batch``: TCD with ``weight_scope="batch"`` (one per-step schedule for every sample): does
+  TCD credit individual trajectories, or only learn a timestep schedule?
+- ``multi_grpo_moca_rms``: ``multi_grpo`` rescaled, per batch, to the RMS of MOCA's combined
+  advantage on the same batch: is MOCA's effect more than a smaller step?
+- ``moca_beta0``, ``moca_centred``, ``moca_group``: MOCA without the exploration bias, with the
+  bias centred on the group's mean path, and with one MGDA mixture per group.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+import torch
+
+from otca_patch.credit import MODES, STEP_WEIGHTED_MODES, CreditConfig
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    mode: str
+    options: dict = field(default_factory=dict)  # extra CreditConfig fields
+    rescale_to: str = ""  # a mode whose combined-advantage RMS this variant's advantages are scaled to
+    description: str = ""
+
+    @property
+    def step_weighted(self) -> bool:
+        return self.mode in STEP_WEIGHTED_MODES
+
+    @property
+    def fuses(self) -> bool:
+        return self.mode in ("moca", "otca")
+
+    def credit_config(self) -> CreditConfig:
+        missing = sorted(set(self.options) - {f.name for f in dataclasses.fields(CreditConfig)})
+        if missing:
+            raise ValueError(f"credit variant {self.name!r} needs the CreditConfig option(s) {', '.join(missing)}, "
+                             "which this otca_patch.credit does not have")
+        return CreditConfig(mode=self.mode, **self.options)
+
+
+_MODE_DESCRIPTIONS = {
+    "sum": "Vanilla DanceGRPO (summed reward)",
+    "multi_grpo": "Multi-GRPO (per-reward normalisation)",
+    "gdpo": "GDPO (batch-normalised sum)",
+    "tcd": "+ TCD only",
+    "moca": "+ MOCA only",
+    "otca": "OTCA (TCD + MOCA)",
+}
+CONTROLS = (
+    Variant("tcd_batch", "tcd", {"weight_scope": "batch"}, description="TCD, batch schedule only (weight_scope=batch)"),
+    Variant("multi_grpo_moca_rms", "multi_grpo", rescale_to="moca",
+            description="Multi-GRPO shrunk to MOCA's RMS"),
+    Variant("moca_beta0", "moca", {"explore": 0.0}, description="MOCA, beta = 0"),
+    Variant("moca_centred", "moca", {"explore_center": True}, description="MOCA, explore_center"),
+    Variant("moca_group", "moca", {"fusion": "group"}, description="MOCA, fusion=group (MGDA per group)"),
+)
+VARIANTS = {m: Variant(m, m, description=_MODE_DESCRIPTIONS[m]) for m in MODES} | {v.name: v for v in CONTROLS}
+#: The ablation's rows: the paper's Table 4 order, then the controls.
+ABLATION_ORDER = ("sum", "multi_grpo", "gdpo", "tcd", "moca", "otca") + tuple(v.name for v in CONTROLS)
+assert set(ABLATION_ORDER) == set(VARIANTS)
+
+
+def check_available(names) -> None:
+    """Raise ``ValueError`` before any work if a variant needs a credit option this engine lacks."""
+    for name in names:
+        VARIANTS[name].credit_config()
+
+
+def variant_credit(variant: Variant, rewards: torch.Tensor, latents: torch.Tensor, group_ids: torch.Tensor):
+    """``(credit, advantages [B, T])`` of ``variant`` from the credit engine; for a rescaled variant the
+    advantages are multiplied by ``rms(combined of rescale_to) / rms(own combined)`` on this batch."""
+    from otca_patch.credit import compute_credit
+
+    credit = compute_credit(rewards, latents, group_ids, variant.credit_config())
+    if not variant.rescale_to:
+        return credit, credit.advantages
+    target = compute_credit(rewards, latents, group_ids, CreditConfig(mode=variant.rescale_to))
+    rms = lambda x: x.pow(2).mean().sqrt()  # noqa: E731
+    scale = rms(target.combined) / rms(credit.combined).clamp(min=1e-12)
+    return credit, credit.advantages * scale

@@ -1,0 +1,126 @@
+"""Run DanceGRPO's real Wan ``train_one_step`` on a two-expert Wan2.2 checkpoint, on the CPU.
+
+A tiny checkpoint in the Wan2.2-A14B layout is written locally (``WanPipeline.save_pretrained`` with
+diffusers' real ``WanTransformer3DModel`` x2, ``AutoencoderKLWan``, a tiny UMT5 and
+``boundary_ratio`` in ``model_index.json``). The experts are loaded as the hooked ``main`` of
+``train_grpo_wan_2_1.py`` loads them: upstream's ``WanTransformer3DModel.from_pretrained(...,
+subfolder="transformer")`` (float32 here: the CPU) and then the layer's ``load_experts`` hook (the
+second expert, the router, the trainable parameters). Upstream's ``train_one_step`` then runs for real
+as in the Wan2.1 smoke run, and the checkpoint is saved through the ``save_experts`` hook.
+``smoke.json`` adds ``expert_update_norms`` (the norm of each expert's parameter change over the run).
+Needs ``--otca`` or ``--otca_observe`` (upstream alone cannot load two experts).
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ..config import OtcaConfig
+from ..targets.wan22 import EXPERTS
+from .dancegrpo_wan import Sizes as WanSizes, tiny_wan_transformer, tiny_wan_vae, train, upstream_args
+from .harness import TermRecorder, cast_inputs_to_weights, enter_run_folder, finish, load_upstream
+
+UPSTREAM_FILE = "fastvideo/train_grpo_wan_2_1.py"
+__all__ = ["UPSTREAM_FILE", "Sizes", "run", "write_tiny_wan22"]
+
+
+@dataclass
+class Sizes(WanSizes):
+    boundary_ratio: float = 0.875  # Wan2.2-T2V-A14B's
+
+
+def write_tiny_wan22(folder: Path, boundary_ratio: float, seed: int) -> Path:
+    """A Wan2.2-A14B-layout folder (two experts of different weights), written once."""
+    from diffusers import FlowMatchEulerDiscreteScheduler, WanPipeline
+    from transformers import UMT5Config, UMT5EncoderModel
+
+    from ..tiny_text import T5_VOCAB_SIZE, t5_tokenizer
+
+    if (folder / "model_index.json").is_file():
+        return folder
+    torch.manual_seed(seed)
+    experts = [tiny_wan_transformer(), tiny_wan_transformer()]
+    text_encoder = UMT5EncoderModel(UMT5Config(vocab_size=T5_VOCAB_SIZE, d_model=32, d_ff=37, d_kv=8, num_layers=1,
+                                               num_heads=4, pad_token_id=0, eos_token_id=1, decoder_start_token_id=0))
+    pipeline = WanPipeline(tokenizer=t5_tokenizer(), text_encoder=text_encoder, vae=tiny_wan_vae(),
+                           scheduler=FlowMatchEulerDiscreteScheduler(shift=3.0), transformer=experts[0],
+                           transformer_2=experts[1], boundary_ratio=boundary_ratio)
+    pipeline.save_pretrained(str(folder), safe_serialization=True)
+    return folder
+
+
+def _flat(module: torch.nn.Module) -> torch.Tensor:
+    return torch.cat([p.detach().double().reshape(-1) for p in module.parameters()])
+
+
+def run(upstream_dir: Path, out_dir: Path, config: OtcaConfig, sizes: Sizes, reward_root: Path,
+        record_terms: bool = False) -> dict:
+    from diffusers import AutoencoderKLWan, WanTransformer3DModel
+
+    if not config.active:
+        raise ValueError("the Wan2.2 smoke run needs --otca or --otca_observe: upstream alone loads one transformer")
+    upstream_dir = upstream_dir.resolve()  # before the chdir below
+    rank, world_size = enter_run_folder(out_dir, "videos")
+    from ..rewards import tiny
+
+    reward_root.mkdir(parents=True, exist_ok=True)
+    checkpoint = write_tiny_wan22(reward_root / f"Wan2.2-T2V-tiny-rank{rank}", sizes.boundary_ratio, sizes.seed)
+    hps_checkpoint = tiny.build_hpsv2(reward_root)
+    module = load_upstream(upstream_dir, UPSTREAM_FILE, config, "dancegrpo_train_grpo_wan22")
+    runtime = module.__otca__
+    recorder = TermRecorder(module, log_prob_index=2) if record_terms else None
+
+    args = upstream_args(sizes)
+    args.pretrained_model_name_or_path = str(checkpoint)
+    # what the hooked main does: upstream's load of `transformer`, then the load_experts hook
+    transformer = WanTransformer3DModel.from_pretrained(str(checkpoint), subfolder="transformer", torch_dtype=torch.float32)
+    transformer = runtime.load_experts(transformer, args)
+    for expert in (transformer.transformer, transformer.transformer_2):
+        cast_inputs_to_weights(expert)
+    vae = AutoencoderKLWan.from_pretrained(str(checkpoint), subfolder="vae", torch_dtype=torch.float32).eval()
+    probe = GradientProbe(module, transformer) if record_terms else None
+    before = {name: _flat(getattr(transformer, name)) for name in EXPERTS}
+    steps = train(module, transformer, vae, hps_checkpoint, sizes, rank, out_dir, args)
+    norms = {name: float((_flat(getattr(transformer, name)) - before[name]).norm()) for name in EXPERTS}
+    if rank == 0:  # upstream's checkpoint block, through the save_experts hook
+        save_dir = out_dir / f"checkpoint-{sizes.steps}-0"
+        os.makedirs(save_dir, exist_ok=True)
+        runtime.save_transformer(transformer, transformer.state_dict(), str(save_dir),
+                                 str(save_dir / "diffusion_pytorch_model.safetensors"))
+    if probe is not None:
+        probe.save(out_dir / f"gradients_rank{rank}.json")
+    return finish(out_dir, config, rank, world_size, steps, recorder, sync_grads=config.otca_sync_grads,
+                  boundary_ratio=sizes.boundary_ratio, expert_update_norms=norms)
+
+
+class GradientProbe:
+    """Test probe (not part of the layer): for each training forward (``grpo_one_step`` call), its
+    timestep and the experts whose parameters then received a gradient in its backward."""
+
+    def __init__(self, module, router):
+        self.calls = []
+        grpo = module.grpo_one_step
+
+        def grpo_one_step(*args, **kwargs):
+            self.calls.append({"timestep": int(args[6].reshape(-1)[0]), "experts": []})
+            return grpo(*args, **kwargs)
+
+        module.grpo_one_step = grpo_one_step
+        for name in EXPERTS:
+            for parameter in getattr(router, name).parameters():
+                if parameter.requires_grad:
+                    parameter.register_hook(self._record(name))
+
+    def _record(self, name):
+        def hook(grad):
+            if self.calls and name not in self.calls[-1]["experts"] and bool(grad.abs().sum() > 0):
+                self.calls[-1]["experts"].append(name)
+            return grad
+        return hook
+
+    def save(self, path: Path) -> None:
+        path.write_text(json.dumps(self.calls))

@@ -1,0 +1,150 @@
+"""What every target's runtime shares, DanceGRPO and FlowGRPO alike: the configuration, the
+objectives, the one credit computation over all ranks, observe mode, the run-log line and wandb.
+
+A runtime is the object a spec's inserted code calls as ``__otca__``; one lives in each process.
+A target's runtime subclasses a family base (``dancegrpo.GrpoRuntime``, ``flowgrpo.FlowGrpoRuntime``)
+and adds the methods its own hook points call. Methods that no hook calls (the runtime's own
+machinery) are listed in ``INTERNAL`` so the spec meta-test can tell them apart.
+"""
+from __future__ import annotations
+
+import sys
+from dataclasses import fields
+from typing import Optional
+
+import torch
+
+from ..config import OtcaConfig
+from ..credit import credit_from_progress
+from ..distributed import gather_rows, local_rows, world
+from ..objective_set import Objectives, UpstreamRewards
+from ..runlog import RunLog
+
+
+class Runtime:
+    """State of the layer inside one trainer process (one rank)."""
+
+    #: the rewards the upstream trainer computes itself (a target with several overrides this)
+    upstream_rewards = UpstreamRewards()
+    #: the target's descriptor (set by ``Target``); target-only flags are checked against it
+    target = None
+    #: the hook-point spec (set by the runner); names the file in run-time invariant errors
+    spec = None
+    #: public methods no hook point calls: the runtime calls them itself, or tests and tools do
+    INTERNAL = frozenset({"describe", "reset", "bind_objectives", "credit", "choose", "credit_record",
+                          "write_record", "number_groups", "observing"})
+
+    def __init__(self, config: OtcaConfig):
+        self.config = config
+        self.credit_config = config.credit_config()
+        _check_target_flags(config, self.target)
+        self.objectives: Optional[Objectives] = None
+        self.log = RunLog(config.otca_log_dir)
+        self.step = 0
+        self.reset()
+
+    @property
+    def observing(self) -> bool:
+        """``--otca_observe``: everything is computed and logged, upstream's values are trained."""
+        return self.config.otca_observe
+
+    def bind_objectives(self, upstream_rewards: Optional[UpstreamRewards] = None, device=None) -> None:
+        """Load the objectives (registry models on ``--otca_reward_device``, else ``device``)."""
+        config = self.config
+        if upstream_rewards is not None:
+            self.upstream_rewards = upstream_rewards
+        device = config.otca_reward_device or device or ("cuda" if torch.cuda.is_available() else "cpu")
+        self.objectives = Objectives(config.otca_rewards, self.upstream_rewards, config.otca_reward_ckpt,
+                                     config.otca_reward_opt, device, weights=config.otca_objective_weights)
+
+    def describe(self) -> str:
+        kind = "observe (trains vanilla)" if self.observing else f"mode {self.credit_config.mode}"
+        names = self.objectives.names if self.objectives is not None else self.config.otca_rewards
+        extra = "".join(f"; --{name}" for name in (self.target.flags if self.target else ())
+                        if getattr(self.config, name) != getattr(_DEFAULTS, name))
+        return f"{kind}; objectives {', '.join(names)}; log {self.log.path}{extra}"
+
+    def reset(self) -> None:
+        """Forget the previous training step (called before each one)."""
+        self.record = None
+
+    # ---- the credit, once per training step, over the samples of all ranks
+    def number_groups(self, labels: torch.Tensor) -> torch.Tensor:
+        """Group ids ``[N]`` from the gathered per-sample group labels ``[N]`` (here: the labels)."""
+        return labels
+
+    def credit(self, rewards: torch.Tensor, delta_s: torch.Tensor, labels: torch.Tensor):
+        """This rank's rows of every credit tensor (plus ``group_ids``) and the run's summary.
+
+        rewards ``[B, K]``, delta_s ``[B, S]`` (TCD's progress, computed where the latents are: only
+        these small tensors travel between ranks), labels ``[B]`` (the samples' groups); every rank
+        has the same B.
+        """
+        batch, device = delta_s.shape[0], delta_s.device
+        group_ids = self.number_groups(gather_rows(labels.to(device)))
+        result = credit_from_progress(gather_rows(rewards.to(device)), gather_rows(delta_s), group_ids,
+                                      self.credit_config)
+        local = {name: local_rows(value, batch) for name, value in result.tensors().items()}
+        local["group_ids"] = local_rows(group_ids, batch)
+        return local, result.summary()
+
+    def choose(self, otca: torch.Tensor, upstream: torch.Tensor) -> torch.Tensor:
+        """What is trained: upstream's value in observe mode (untouched: bit-identical training),
+        else OTCA's, in upstream's dtype and device and shape."""
+        if self.observing:
+            return upstream
+        return otca.to(device=upstream.device, dtype=upstream.dtype).reshape(upstream.shape).contiguous()
+
+    def credit_record(self, local: dict, summary: dict, rewards, trained, upstream_advantages, **extra) -> dict:
+        """The run-log fields every target writes about one step's credit."""
+        return {
+            "group_ids": local["group_ids"], "rewards": rewards, "delta_s": local["delta_s"],
+            "step_weights": local["step_weights"], "mixture": local["mixture"], "combined": local["combined"],
+            "lambdas": local["lambdas"], "objective_advantages": local["objective_advantages"],
+            "advantages": trained, "upstream_advantages": upstream_advantages, "summary": summary, **extra,
+        }
+
+    # ---- the run log: one line per training step and rank
+    def write_record(self, wandb_step: Optional[int] = None, **fields_) -> bool:
+        """Write this step's record (with ``fields_``) and its summary to wandb; warn and return
+        False when the step computed no credit."""
+        if self.record is None:
+            print("otca-patch: warning: a training step ended without computing advantages", file=sys.stderr)
+            return False
+        self.step += 1
+        rank, size = world()
+        record = {
+            "step": self.step, "rank": rank, "world_size": size, "mode": self.credit_config.mode,
+            "observe": self.observing, "config": self.credit_config.to_dict(),
+            "objectives": list(self.objectives.names), **self.record, **fields_,
+        }
+        self.log.write(record)
+        self._to_wandb(rank, record["summary"], wandb_step)
+        return True
+
+    def _to_wandb(self, rank: int, summary: dict, step: Optional[int]) -> None:
+        wandb = sys.modules.get("wandb")
+        if rank != 0 or wandb is None or getattr(wandb, "run", None) is None:
+            return
+        scalars = {f"otca/{k}": v for k, v in summary.items() if isinstance(v, float)}
+        scalars.update({f"otca/mixture_{name}": value for name, value in
+                        zip(self.objectives.names, summary["mixture_mean_per_objective"])})
+        if step is None:
+            wandb.log(scalars, commit=False)  # joins upstream's own wandb.log of this step
+        else:
+            wandb.log(scalars, step=step)
+
+
+_DEFAULTS = OtcaConfig()
+#: flags that mean something for some targets only (``flag(..., target_only=True)``)
+TARGET_ONLY = tuple(f.name for f in fields(OtcaConfig) if f.metadata.get("target_only"))
+
+
+def _check_target_flags(config: OtcaConfig, target) -> None:
+    """A target-only flag given to a target that does not take it is an error naming both."""
+    accepted = set(target.flags) if target is not None else set(TARGET_ONLY)
+    given = [name for name in TARGET_ONLY if name not in accepted and getattr(config, name) != getattr(_DEFAULTS, name)]
+    if given:
+        takers = f" (flags of this target: {', '.join('--' + f for f in sorted(accepted))})" if accepted else ""
+        raise ValueError(f"{', '.join('--' + name for name in given)}: not a flag of target "
+                         f"{target.name if target else '?'}{takers}")

@@ -1,0 +1,92 @@
+"""What FlowGRPO's trainers share (``scripts/train_*.py``, run by ``accelerate launch`` through absl):
+objectives bound to upstream's ``config.reward_fn`` once its config is parsed, groups by prompt text
+over all processes, TCD's progress from upstream's ``latents`` / ``next_latents`` layout, the ``[B, T]``
+advantage of this process's rows, and one run-log line per epoch.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..credit import similarity_to_final, step_progress
+from ..objective_set import UpstreamRewards
+from .base import Runtime
+from .flowgrpo_groups import group_ids_from_keys, prompt_keys
+
+#: upstream's key for the unweighted-by-steps [B] avg (upstream repeats "avg" itself to [B, T])
+AVG_KEY = "ori_avg"
+
+
+def upstream_rewards(reward_fn) -> UpstreamRewards:
+    """``multi_score`` returns one entry per ``config.reward_fn`` key and ``avg``, their weighted sum:
+    an objective named like a key (or ``upstream.<key>``) reads that entry; ``upstream`` (or ``avg``)
+    is the weighted ``avg`` upstream trains on; any other name is a registry model."""
+    return UpstreamRewards(columns=tuple(reward_fn), plain=AVG_KEY, aliases={"avg": AVG_KEY}, bare_keys=True)
+
+
+def trajectory_progress(latents: torch.Tensor, next_latents: torch.Tensor) -> torch.Tensor:
+    """TCD's ``delta_s [B, S]`` float64 from upstream's ``latents`` (state before each step) and
+    ``next_latents`` (state after it); one sample at a time, so no batch-sized copy is made."""
+    rows = [step_progress(similarity_to_final(torch.cat([latents[i:i + 1], next_latents[i:i + 1, -1:]], dim=1))
+                          .double()) for i in range(latents.shape[0])]
+    return torch.cat(rows, dim=0)
+
+
+class FlowGrpoRuntime(Runtime):
+    """State of the layer inside one FlowGRPO process."""
+
+    upstream_rewards = upstream_rewards({})
+
+    def reset(self) -> None:
+        super().reset()
+        self.images, self.prompts, self.losses = [], [], []
+        self.kept = None
+
+    def number_groups(self, labels: torch.Tensor) -> torch.Tensor:
+        return group_ids_from_keys(labels)  # prompt keys -> 0, 1, ... in order of first appearance
+
+    # ---- hook: bind_objectives (main, before set_seed)
+    def bind(self, upstream_config, accelerator) -> None:
+        """Objectives are upstream's ``reward_fn`` keys or registry models, loaded on the trainer's device
+        before upstream seeds its random stream (vanilla's stream stays untouched)."""
+        self.bind_objectives(upstream_rewards(dict(upstream_config.reward_fn)), accelerator.device)
+
+    # ---- hook: collect_images (main, sampling loop)
+    def collect_images(self, images: torch.Tensor, prompts) -> None:
+        """One sampling batch: ``images [b, 3, H, W]`` in [0, 1] and its prompts (registry objectives only)."""
+        if self.objectives.needs_images:
+            self.images.extend(images.detach().float())
+            self.prompts.extend(prompts)
+
+    # ---- hook: per_step_advantages (main, after upstream splits its advantages back)
+    def assign_advantages(self, samples: dict, upstream_config, tokenizer, num_train_timesteps: int):
+        """The value upstream stores in ``samples["advantages"]``: this process's ``[B, T]`` rows."""
+        upstream_advantages = samples["advantages"]
+        batch, device = upstream_advantages.shape[0], upstream_advantages.device
+        rewards = self.objectives.matrix(samples["rewards"], self.images or None, self.prompts).to(device)
+        if upstream_config.per_prompt_stat_tracking:  # upstream's groups: the decoded prompt text
+            labels = prompt_keys(tokenizer.batch_decode(samples["prompt_ids"], skip_special_tokens=True), device)
+        else:  # upstream's global normalisation: one group over the gathered batch
+            labels = torch.zeros(batch, dtype=torch.long, device=device)
+        delta_s = trajectory_progress(samples["latents"], samples["next_latents"]).to(device)
+        local, summary = self.credit(rewards, delta_s, labels)
+        trained = self.choose(local["advantages"][:, :num_train_timesteps], upstream_advantages)
+        # every sample trains steps 0 .. T-1 in sampling order (DanceGRPO's logs name a random order)
+        self.record = self.credit_record(local, summary, rewards, trained, upstream_advantages,
+                                         trained_steps=torch.arange(num_train_timesteps).expand(batch, -1))
+        self.images, self.prompts = [], []
+        return trained
+
+    # ---- hook: record_kept_samples (main, after the zero-advantage filter)
+    def record_kept(self, mask: torch.Tensor) -> None:
+        self.kept = mask.detach().clone()
+
+    # ---- hook: record_loss (main, training loop)
+    def record_loss(self, loss: torch.Tensor) -> None:
+        self.losses.append(loss.detach())
+
+    # ---- hook: log_each_epoch (main, end of the epoch)
+    def end_epoch(self, epoch: int, global_step: int) -> None:
+        loss = float(torch.stack(self.losses).float().mean()) if self.losses else None
+        self.write_record(wandb_step=global_step, epoch=epoch, global_step=global_step, kept=self.kept, loss=loss)
+        self.reset()
+

@@ -1,0 +1,89 @@
+"""Target descriptors and the runtime base: target-only flags, working-directory outputs for A/B
+copies, upstream's own reward columns, observe mode."""
+from pathlib import Path
+
+import pytest
+import torch
+
+from otca_patch.ab.workdir import cwd_outputs
+from otca_patch.config import OtcaConfig
+from otca_patch.objective_set import Objectives, UpstreamRewards
+from otca_patch.targets.dancegrpo_flux import FluxRuntime
+from otca_patch.targets.dancegrpo_hunyuan import HunyuanRuntime
+from otca_patch.targets.dancegrpo_wan import WanRuntime
+from otca_patch.targets.descriptor import Target
+
+
+def config(tmp_path, **fields):
+    return OtcaConfig(otca=True, otca_log_dir=str(tmp_path / "logs"), **fields)
+
+
+def test_a_target_only_flag_is_refused_by_targets_that_do_not_take_it(tmp_path):
+    assert WanRuntime(config(tmp_path, otca_sync_grads=True)).config.otca_sync_grads
+    with pytest.raises(ValueError, match=r"--otca_sync_grads: not a flag of target dancegrpo-flux"):
+        FluxRuntime(config(tmp_path, otca_sync_grads=True))
+    with pytest.raises(ValueError, match=r"--otca_video_frames: not a flag of target dancegrpo-flux"):
+        FluxRuntime(config(tmp_path, otca_video_frames=8))
+    HunyuanRuntime(config(tmp_path, otca_video_frames=8))  # a video target takes it
+
+
+def test_a_descriptor_names_only_target_only_flags_and_owns_its_runtime():
+    with pytest.raises(ValueError, match="otca_w_min"):
+        Target("x", type("R", (), {}), flags=("otca_w_min",))
+    with pytest.raises(ValueError, match="already belongs to target dancegrpo-flux"):
+        Target("another", FluxRuntime)
+
+
+def _checkout(tmp_path, *files):
+    for name in files:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("")
+    return tmp_path
+
+
+def test_ab_outputs_come_from_the_descriptor_of_the_launched_trainer(tmp_path):
+    checkout = _checkout(tmp_path / "DanceGRPO", "fastvideo/train_grpo_flux.py", "fastvideo/train_grpo_hunyuan.py")
+    hunyuan = tmp_path / "hunyuan.sh"
+    hunyuan.write_text("torchrun fastvideo/train_grpo_hunyuan.py --seed 1\n")
+    assert cwd_outputs(checkout, hunyuan) == ["videos", "vq_reward.txt", "mq_reward.txt"]
+    flux = tmp_path / "flux.sh"
+    flux.write_text("torchrun fastvideo/train_grpo_flux.py --seed 1\n")
+    assert cwd_outputs(checkout, flux) == ["images", "reward.txt"]
+    other = tmp_path / "other.sh"
+    other.write_text("python somewhere_else.py\n")  # names no target: every target's outputs in the checkout
+    assert set(cwd_outputs(checkout, other)) == {"images", "reward.txt", "videos", "vq_reward.txt", "mq_reward.txt"}
+    with pytest.raises(ValueError, match="none of the targets' upstream files"):
+        cwd_outputs(_checkout(tmp_path / "empty", "README.md"), other)
+
+
+def test_upstream_columns_expand_and_are_read_by_key():
+    columns = UpstreamRewards(columns=("vq", "mq", "ta"))
+    objectives = Objectives(["upstream"], columns, {}, {}, "cpu")
+    assert objectives.names == ("upstream.vq", "upstream.mq", "upstream.ta") and not objectives.needs_images
+    upstream = {"vq": torch.tensor([1.0, 2.0]), "mq": torch.tensor([3.0, 4.0]), "ta": torch.tensor([5.0, 6.0])}
+    picked = Objectives(["upstream.ta", "upstream.vq"], columns, {}, {}, "cpu")
+    assert torch.equal(picked.matrix(upstream, None, []), torch.tensor([[5.0, 1.0], [6.0, 2.0]]))
+    with pytest.raises(ValueError, match="upstream.xx is not a reward this trainer computes"):
+        Objectives(["upstream.xx"], columns, {}, {}, "cpu")
+    with pytest.raises(ValueError, match="repeat once expanded"):
+        Objectives(["upstream", "upstream.vq"], columns, {}, {}, "cpu")
+    with pytest.raises(ValueError, match="2 weights for objectives upstream.vq, upstream.mq, upstream.ta"):
+        Objectives(["upstream"], columns, {}, {}, "cpu", weights=(1.0, 2.0))
+    with pytest.raises(ValueError, match="not registry objectives: clip_t"):
+        Objectives(["upstream"], columns, {"clip_t": "/x"}, {}, "cpu")
+
+
+def test_one_reward_trainers_offer_plain_upstream_only():
+    one = Objectives(["upstream"], UpstreamRewards(), {}, {}, "cpu")
+    assert torch.equal(one.matrix(torch.tensor([0.5, 0.25]), None, []), torch.tensor([[0.5], [0.25]]))
+    with pytest.raises(ValueError, match="computed no reward"):
+        one.matrix(None, None, [])
+
+
+def test_observe_trains_upstreams_value_itself_and_otca_casts_to_it(tmp_path):
+    upstream = torch.tensor([[1.0, 2.0]], dtype=torch.bfloat16)
+    otca = torch.tensor([[3.0, 4.0]], dtype=torch.float64)
+    observing = FluxRuntime(OtcaConfig(otca_observe=True, otca_log_dir=str(tmp_path)))
+    assert observing.choose(otca, upstream) is upstream
+    trained = FluxRuntime(config(tmp_path)).choose(otca, upstream)
+    assert trained.dtype == torch.bfloat16 and torch.equal(trained, otca.to(torch.bfloat16))
