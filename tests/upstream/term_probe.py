@@ -13,7 +13,7 @@ class TermRecorder:
     """
 
     def __init__(self, module, log_prob_index: int):
-        self.rollout_log_probs, self.new_log_probs = [], []
+        self.rollout_log_probs, self.new_log_probs, self.rollout_rewards = [], [], []
         self.sampled = []  # DanceGRPO's run_sample_step: (trajectory, last predicted clean sample) per chunk
         sample, grpo = module.sample_reference_model, module.grpo_one_step
         if hasattr(module, "run_sample_step"):
@@ -29,6 +29,7 @@ class TermRecorder:
         def sample_reference_model(*args, **kwargs):
             result = sample(*args, **kwargs)
             self.rollout_log_probs.append(result[log_prob_index].detach().clone())
+            self.rollout_rewards.append(result[0].detach().clone())  # every DanceGRPO sampler returns its rewards first
             return result
 
         def grpo_one_step(*args, **kwargs):
@@ -40,5 +41,5 @@ class TermRecorder:
 
     def save(self, path: Path) -> None:
         torch.save({"rollout_log_probs": self.rollout_log_probs,
-                    "new_log_probs": [t.reshape(-1) for t in self.new_log_probs],
+                    "new_log_probs": [t.reshape(-1) for t in self.new_log_probs], "rollout_rewards": self.rollout_rewards,
                     "trajectories": [t for t, _ in self.sampled], "predictions": [p for _, p in self.sampled]}, path)
