@@ -23,7 +23,7 @@ import torch
 
 from ..config import OtcaConfig
 from .dancegrpo_hunyuan import StubVideoAlign, prompt_loader, tiny_transformer, tiny_vae
-from .harness import (TermRecorder, call_by_signature, cast_inputs_to_weights, enter_run_folder, finish, fsdp_wrap,
+from .harness import (call_by_signature, cast_inputs_to_weights, enter_run_folder, finish, fsdp_wrap,
                       load_upstream, optimizer_and_schedule, report_step)
 
 UPSTREAM_FILE = "fastvideo/train_grpo_skyreels_i2v.py"
@@ -78,13 +78,13 @@ def flux_pipeline(folder: Path):
 
 
 def run(upstream_dir: Path, out_dir: Path, config: OtcaConfig, sizes: Sizes, reward_root: Path,
-        record_terms: bool = False) -> dict:
+        probe=None) -> dict:
     upstream_dir = upstream_dir.resolve()  # before the chdir below
     # upstream writes ./videos/flux_<rank>.jpg, ./videos/*.mp4 and ./reward.txt in the run folder
     rank, world_size = enter_run_folder(out_dir, "videos")
     reward_root.mkdir(parents=True, exist_ok=True)
     module = load_upstream(upstream_dir, UPSTREAM_FILE, config, "dancegrpo_train_grpo_skyreels_i2v")
-    recorder = TermRecorder(module, log_prob_index=4) if record_terms else None
+    recorder = probe(module, log_prob_index=4) if probe else None  # all_log_probs: result[4]
 
     torch.manual_seed(sizes.seed)  # the same weights for every rank and every mode
     transformer = tiny_transformer(in_channels=32)

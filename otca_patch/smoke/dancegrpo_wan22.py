@@ -22,7 +22,7 @@ import torch
 from ..config import OtcaConfig
 from ..targets.wan22 import EXPERTS
 from .dancegrpo_wan import Sizes as WanSizes, tiny_wan_transformer, tiny_wan_vae, train, upstream_args
-from .harness import TermRecorder, cast_inputs_to_weights, enter_run_folder, finish, load_upstream
+from .harness import cast_inputs_to_weights, enter_run_folder, finish, load_upstream
 
 UPSTREAM_FILE = "fastvideo/train_grpo_wan_2_1.py"
 __all__ = ["UPSTREAM_FILE", "Sizes", "run", "write_tiny_wan22"]
@@ -58,7 +58,7 @@ def _flat(module: torch.nn.Module) -> torch.Tensor:
 
 
 def run(upstream_dir: Path, out_dir: Path, config: OtcaConfig, sizes: Sizes, reward_root: Path,
-        record_terms: bool = False) -> dict:
+        probe=None) -> dict:
     from diffusers import AutoencoderKLWan, WanTransformer3DModel
 
     if not config.active:
@@ -72,7 +72,7 @@ def run(upstream_dir: Path, out_dir: Path, config: OtcaConfig, sizes: Sizes, rew
     hps_checkpoint = tiny.build_hpsv2(reward_root)
     module = load_upstream(upstream_dir, UPSTREAM_FILE, config, "dancegrpo_train_grpo_wan22")
     runtime = module.__otca__
-    recorder = TermRecorder(module, log_prob_index=2) if record_terms else None
+    recorder = probe(module, log_prob_index=2) if probe else None  # all_log_probs: result[2]
 
     args = upstream_args(sizes)
     args.pretrained_model_name_or_path = str(checkpoint)
@@ -82,7 +82,7 @@ def run(upstream_dir: Path, out_dir: Path, config: OtcaConfig, sizes: Sizes, rew
     for expert in (transformer.transformer, transformer.transformer_2):
         cast_inputs_to_weights(expert)
     vae = AutoencoderKLWan.from_pretrained(str(checkpoint), subfolder="vae", torch_dtype=torch.float32).eval()
-    probe = GradientProbe(module, transformer) if record_terms else None
+    gradients = GradientProbe(module, transformer) if probe else None
     before = {name: _flat(getattr(transformer, name)) for name in EXPERTS}
     steps = train(module, transformer, vae, hps_checkpoint, sizes, rank, out_dir, args)
     norms = {name: float((_flat(getattr(transformer, name)) - before[name]).norm()) for name in EXPERTS}
@@ -91,8 +91,8 @@ def run(upstream_dir: Path, out_dir: Path, config: OtcaConfig, sizes: Sizes, rew
         os.makedirs(save_dir, exist_ok=True)
         runtime.save_transformer(transformer, transformer.state_dict(), str(save_dir),
                                  str(save_dir / "diffusion_pytorch_model.safetensors"))
-    if probe is not None:
-        probe.save(out_dir / f"gradients_rank{rank}.json")
+    if gradients is not None:
+        gradients.save(out_dir / f"gradients_rank{rank}.json")
     return finish(out_dir, config, rank, world_size, steps, recorder, sync_grads=config.otca_sync_grads,
                   boundary_ratio=sizes.boundary_ratio, expert_update_norms=norms)
 
