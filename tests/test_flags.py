@@ -74,6 +74,6 @@ def test_an_annotation_without_a_parser_is_an_error_naming_the_flag():
         flags.add_flags(argparse.ArgumentParser(), Bad)
 
 
-def test_option_values_parse_numbers_and_booleans():
-    assert flags.name_options("clip_t.model_name=ViT-B-32,clip_t.quick_gelu=false,aesthetic.size=3") == {
-        "clip_t": {"model_name": "ViT-B-32", "quick_gelu": False}, "aesthetic": {"size": 3}}
+def test_option_values_stay_text_for_the_reward_adapters_to_convert():
+    assert flags.name_options("clip_t.model_name=007,clip_t.quick_gelu=false,aesthetic.size=3") == {
+        "clip_t": {"model_name": "007", "quick_gelu": "false"}, "aesthetic": {"size": "3"}}

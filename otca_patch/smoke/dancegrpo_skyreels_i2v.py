@@ -84,7 +84,7 @@ def run(upstream_dir: Path, out_dir: Path, config: OtcaConfig, sizes: Sizes, rew
     rank, world_size = enter_run_folder(out_dir, "videos")
     reward_root.mkdir(parents=True, exist_ok=True)
     module = load_upstream(upstream_dir, UPSTREAM_FILE, config, "dancegrpo_train_grpo_skyreels_i2v")
-    recorder = probe(module, log_prob_index=4) if probe else None
+    recorder = probe(module, log_prob_index=4) if probe else None  # all_log_probs: result[4]
 
     torch.manual_seed(sizes.seed)  # the same weights for every rank and every mode
     transformer = tiny_transformer(in_channels=32)
