@@ -13,6 +13,7 @@ from otca_patch.config import ENV_ARGS
 from otca_patch.credit import CreditConfig, credit_from_progress, similarity_to_final, step_progress
 from otca_patch.launch.wrapper import STARTUP_DIR
 from otca_patch.smoke.dancegrpo_hunyuan import StubVideoAlign
+from otca_patch.smoke.dancegrpo_skyreels_i2v import Sizes, upstream_args
 
 from otca_patch.smoke.dancegrpo_skyreels_i2v import Sizes, upstream_args
 

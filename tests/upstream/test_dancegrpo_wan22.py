@@ -10,6 +10,8 @@ import pytest
 import torch
 
 from otca_patch.credit import CreditConfig, credit_from_progress
+from otca_patch.smoke.dancegrpo_wan import upstream_args
+from otca_patch.smoke.dancegrpo_wan22 import Sizes
 
 from otca_patch.smoke.dancegrpo_wan22 import Sizes, upstream_args
 
