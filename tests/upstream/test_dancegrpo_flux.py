@@ -5,7 +5,6 @@ import pytest
 import torch
 
 from otca_patch.credit import CreditConfig, credit_from_progress
-
 from otca_patch.smoke.dancegrpo_flux import Sizes, upstream_args
 
 from .conftest import (assert_same_update, cached_runs, float32_advantage_tolerance, ppo_terms, run_smoke,
