@@ -33,6 +33,11 @@ class TestStableDiffusion(ImageTrainerChecks):
     grad_norm_rtol, grad_norm_steps = 1e-3, 1
     loss_rtol = 1e-5
 
+    def rollout(self, run, rank=0, step=1):
+        """The epoch's rewards (upstream's logged ``reward``, this rank's rows) and its DDIM trajectories."""
+        terms = run.terms[rank]
+        return {"rewards": terms["rollout_rewards"][step - 1], "latents": terms["rollout_latents"][step - 1]}
+
     def images(self, run, rank, step, batch):
         """The decoded ``[B, 3, H, W]`` the pipeline returned (upstream's JPEGs are resized and lossy)."""
         return run.terms[rank]["rollout_images"][step - 1]
