@@ -111,4 +111,4 @@ def test_a_mutated_upstream_file_stops_otca_and_doctor_reports_it(dancegrpo, tmp
                             text=True, timeout=120)
     assert doctor.returncode == 1
     assert "one_loss_on_the_step_advantage" in doctor.stdout and "FAIL: anchor not found" in doctor.stdout
-    assert "train_grpo_hunyuan.py\n  sha256" in doctor.stdout and "differs from the verified file" in doctor.stdout
+    assert "train_grpo_hunyuan.py: sha256" in doctor.stdout and "differs from the file the spec was verified on" in doctor.stdout

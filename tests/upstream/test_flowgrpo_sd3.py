@@ -170,7 +170,7 @@ def test_a_mutated_upstream_file_stops_otca_and_doctor_reports_it(flow_grpo, tin
                             text=True, timeout=120)
     assert doctor.returncode == 1
     assert "record_kept_samples" in doctor.stdout and "FAIL: anchor not found, expected exactly 1" in doctor.stdout
-    assert "differs from the verified file" in doctor.stdout
+    assert "differs from the file the spec was verified on" in doctor.stdout
 
 
 def test_doctor_passes_on_the_pinned_checkout(flow_grpo):
