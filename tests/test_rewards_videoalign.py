@@ -4,6 +4,7 @@ upstream ``VideoVLMRewardInference`` is replaced at the adapter's import boundar
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -108,25 +109,16 @@ def test_no_upstream_checkout_is_a_clear_import_error(tmp_path, monkeypatch):
         videoalign.import_inference_class()
 
 
-def _upstream_checkout():
-    import os
-
-    for root in (os.environ.get(videoalign.UPSTREAM_ENV), videoalign.DEFAULT_UPSTREAM):
-        if root and (Path(root) / "fastvideo/models/videoalign/inference.py").is_file():
-            return Path(root)
-    import upstream_snapshots
-
-    return upstream_snapshots.unpack_snapshot(upstream_snapshots.PINNED_SNAPSHOTS["DanceGRPO"])
-
-
-UPSTREAM = _upstream_checkout()
-
-
-@pytest.mark.skipif(UPSTREAM is None, reason="no DanceGRPO checkout (OTCA_UPSTREAM_DANCEGRPO / upstream/DanceGRPO)")
 def test_real_upstream_import_path(monkeypatch):
     """With a real checkout the adapter imports upstream's class, or names the missing dependency."""
     import sys
 
+    from upstream_snapshots import upstream_checkout
+
+    root = os.environ.get(videoalign.UPSTREAM_ENV)
+    if root and not (Path(root) / "fastvideo/models/videoalign/inference.py").is_file():
+        monkeypatch.delenv(videoalign.UPSTREAM_ENV)
+    UPSTREAM = upstream_checkout("DanceGRPO", videoalign.UPSTREAM_ENV, "fastvideo/models/videoalign/inference.py")
     monkeypatch.setenv(videoalign.UPSTREAM_ENV, str(UPSTREAM))
     monkeypatch.setattr(sys, "path", list(sys.path))
     before = set(sys.modules)
