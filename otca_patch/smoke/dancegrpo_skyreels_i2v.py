@@ -70,7 +70,7 @@ def flux_pipeline(folder: Path):
     (float32 here: the CPU)."""
     from diffusers import FluxPipeline
 
-    from ..evaluation.tiny_flux import build_tiny_flux
+    from .tiny_flux import build_tiny_flux
 
     pipeline = FluxPipeline.from_pretrained(str(build_tiny_flux(folder)), torch_dtype=torch.float32)
     pipeline.set_progress_bar_config(disable=True)

@@ -1,5 +1,6 @@
 """A tiny FLUX pipeline folder (diffusers layout) and a checkpoint in DanceGRPO's layout, built
-locally without downloads: what ``otca-patch eval`` is tested with on a CPU.
+locally without downloads: SkyReels' smoke run draws its first frames with it, and ``otca-patch
+eval`` is tested with it on a CPU.
 
 Sizes follow the smoke runs' tiny transformer (32-wide text conditioning, 64 packed latent
 channels). The T5 tokenizer is a word-level ``tokenizers`` vocabulary wrapped as
@@ -12,13 +13,13 @@ from pathlib import Path
 
 import torch
 
-from otca_patch.tiny_text import T5_VOCAB_SIZE, clip_tokenizer, t5_tokenizer
+from ..tiny_text import T5_VOCAB_SIZE, clip_tokenizer, t5_tokenizer
 
 #: words of the tiny T5 vocabulary (anything else maps to <unk>)
 
 def tiny_transformer(seed: int = 0):
     """The smoke runs' tiny FLUX transformer, initialised from ``seed``."""
-    from otca_patch.smoke.dancegrpo_flux import tiny_transformer as untrained
+    from .dancegrpo_flux import tiny_transformer as untrained
 
     torch.manual_seed(seed)
     return untrained()
