@@ -1,6 +1,6 @@
-"""A tiny FLUX pipeline folder (diffusers layout), built locally without downloads: the FLUX
-pipeline the SkyReels I2V smoke run loads where upstream loads ``./data/flux``, and what
-``otca-patch eval`` is tested with on a CPU.
+"""A tiny FLUX pipeline folder (diffusers layout) and a checkpoint in DanceGRPO's layout, built
+locally without downloads: SkyReels' smoke run draws its first frames with it, and ``otca-patch
+eval`` is tested with it on a CPU.
 
 Sizes follow the smoke runs' tiny transformer (32-wide text conditioning, 64 packed latent
 channels). The T5 tokenizer is a word-level ``tokenizers`` vocabulary wrapped as
@@ -8,12 +8,14 @@ channels). The T5 tokenizer is a word-level ``tokenizers`` vocabulary wrapped as
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import torch
 
 from ..tiny_text import T5_VOCAB_SIZE, clip_tokenizer, t5_tokenizer
 
+#: words of the tiny T5 vocabulary (anything else maps to <unk>)
 
 def tiny_transformer(seed: int = 0):
     """The smoke runs' tiny FLUX transformer, initialised from ``seed``."""
@@ -47,4 +49,20 @@ def build_tiny_flux(folder: str | Path, seed: int = 0) -> Path:
                             tokenizer=tokenizer, text_encoder_2=text_encoder_2, tokenizer_2=t5_tokenizer(),
                             transformer=transformer)
     pipeline.save_pretrained(str(folder), safe_serialization=True)
+    return folder
+
+
+def save_dancegrpo_checkpoint(transformer, output_dir: str | Path, step: int, epoch: int = 0) -> Path:
+    """The on-disk result of DanceGRPO's ``save_checkpoint`` (fastvideo/utils/checkpoint.py):
+    ``checkpoint-<step>-<epoch>/diffusion_pytorch_model.safetensors`` (the full state dict) and
+    ``config.json`` (``dict(transformer.config)`` without ``dtype``)."""
+    from safetensors.torch import save_file
+
+    folder = Path(output_dir) / f"checkpoint-{step}-{epoch}"
+    folder.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.contiguous() for k, v in transformer.state_dict().items()},
+              str(folder / "diffusion_pytorch_model.safetensors"))
+    config = dict(transformer.config)
+    config.pop("dtype", None)
+    (folder / "config.json").write_text(json.dumps(config, indent=4))
     return folder
