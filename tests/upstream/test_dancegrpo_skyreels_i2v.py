@@ -15,8 +15,6 @@ from otca_patch.launch.wrapper import STARTUP_DIR
 from otca_patch.smoke.dancegrpo_hunyuan import StubVideoAlign
 from otca_patch.smoke.dancegrpo_skyreels_i2v import Sizes, upstream_args
 
-from otca_patch.smoke.dancegrpo_skyreels_i2v import Sizes, upstream_args
-
 from .conftest import REPO, cached_runs, ppo_terms, run_smoke
 
 pytestmark = pytest.mark.upstream
@@ -26,7 +24,7 @@ STEPS = [*SKYREELS, "--steps", "2"]
 PRESENT = {ENV_ARGS: "--otca_mode tcd", "PYTHONPATH": os.pathsep.join([str(STARTUP_DIR), str(REPO)])}
 VIDEOALIGN = ["upstream.vq", "upstream.mq", "upstream.ta"]
 ARGS = upstream_args(Sizes())  # what train_one_step reads in every run here (no size flag is changed)
-UPSTREAM_CLIPS = dict(clip_range=1e-4, adv_clip_max=5.0)  # fixed in upstream's train_one_step, not arguments
+FIXED = {"clip_range": 1e-4, "adv_clip_max": 5.0}  # fixed in upstream's train_one_step, not arguments
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +64,7 @@ def test_sum_mode_over_upstreams_reward_equals_vanilla(runs):
     combined = torch.tensor(record["combined"], dtype=torch.float64)
     assert torch.allclose(combined, torch.tensor(record["upstream_advantages"], dtype=torch.float64), atol=1e-4)
     # the loss is vanilla's PPO terms (its recorded log-probs) on that advantage, summed in float64
-    terms = ppo_terms(vanilla, ARGS, torch.tensor(record["trained_steps"]), combined, **UPSTREAM_CLIPS)
+    terms = ppo_terms(vanilla, ARGS, torch.tensor(record["trained_steps"]), combined, **FIXED)
     assert summed.losses[0] == pytest.approx(terms.sum().item(), abs=1e-6 * terms.abs().sum().item())
 
 
@@ -80,9 +78,9 @@ def test_otca_loss_is_vanilla_loss_reweighted_by_the_logged_step_weights(runs):
     weights = torch.tensor(record["step_weights"], dtype=torch.float64)
     first = len(tcd.terms[0]["new_log_probs"])
     assert torch.equal(torch.stack(tcd.terms[0]["new_log_probs"]), torch.stack(vanilla.terms[0]["new_log_probs"][:first]))
-    vanilla_terms = ppo_terms(vanilla, ARGS, trained, upstream_adv, **UPSTREAM_CLIPS)
+    vanilla_terms = ppo_terms(vanilla, ARGS, trained, upstream_adv, **FIXED)
     assert vanilla_terms.sum().item() == pytest.approx(vanilla.losses[0], abs=1e-6 * vanilla_terms.abs().sum().item())
-    weighted = ppo_terms(vanilla, ARGS, trained, upstream_adv, weights, **UPSTREAM_CLIPS)
+    weighted = ppo_terms(vanilla, ARGS, trained, upstream_adv, weights, **FIXED)
     assert not torch.allclose(weights, torch.ones_like(weights)), "step weights are not all 1 here"
     assert tcd.losses[0] == pytest.approx(weighted.sum().item(), abs=1e-5 * weighted.abs().sum().item())
 

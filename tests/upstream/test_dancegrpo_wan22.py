@@ -10,8 +10,6 @@ import pytest
 import torch
 
 from otca_patch.credit import CreditConfig, credit_from_progress
-from otca_patch.smoke.dancegrpo_wan import upstream_args
-from otca_patch.smoke.dancegrpo_wan22 import Sizes
 
 from otca_patch.smoke.dancegrpo_wan22 import Sizes, upstream_args
 
@@ -20,7 +18,6 @@ from .conftest import cached_runs, ppo_terms, run_smoke
 pytestmark = pytest.mark.upstream
 
 WAN22 = ["--target", "dancegrpo-wan22"]
-ARGS = upstream_args(Sizes())  # what train_one_step reads in every run here (no size flag is changed)
 SAMPLING_STEPS, SHIFT = 6, 3.0  # the smoke run's defaults
 
 
@@ -100,7 +97,7 @@ def test_observe_trains_both_experts_on_upstreams_broadcast_advantage(runs):
     upstream = torch.tensor(record["upstream_advantages"], dtype=torch.float64)
     used = torch.tensor(record["advantages"], dtype=torch.float64)
     assert torch.equal(used, upstream[:, None].expand_as(used))
-    terms = ppo_terms(run, ARGS, torch.tensor(record["trained_steps"]), upstream)
+    terms = ppo_terms(run, upstream_args(Sizes()), torch.tensor(record["trained_steps"]), upstream)
     assert run.losses[0] == pytest.approx(terms.sum().item(), abs=1e-6 * terms.abs().sum().item())
     norms = run.result["expert_update_norms"]
     assert norms["transformer"] > 0 and norms["transformer_2"] > 0
