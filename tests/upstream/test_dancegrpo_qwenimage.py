@@ -11,6 +11,11 @@ pytestmark = pytest.mark.upstream
 class TestQwenImage(ImageTrainerChecks):
     target = "dancegrpo-qwenimage"
     upstream_file = "fastvideo/train_grpo_qwenimage.py"
+    # the transformer trains under FSDP's bf16 mixed precision, as upstream's main sets it: the engine's
+    # advantage (float32 rounding away from upstream's) can flip bf16 roundings in the backward pass
+    # (Qwen-Image-Edit: 3.5e-5 of the first gradient norm), and later steps sample from those weights
+    grad_norm_rtol, grad_norm_steps = 1e-3, 1
+    loss_rtol = 1e-5
 
     def image_path(self, rank, index):
         return f"images/qwenimage_{rank}_{index}.png"
