@@ -29,7 +29,8 @@ class TermRecorder:
         def sample_reference_model(*args, **kwargs):
             result = sample(*args, **kwargs)
             self.rollout_log_probs.append(result[log_prob_index].detach().clone())
-            self.rollout_rewards.append(result[0].detach().clone())  # every DanceGRPO sampler returns its rewards first
+            if torch.is_tensor(result[0]):  # the image trainers' samplers return their rewards first (the video ones, videos)
+                self.rollout_rewards.append(result[0].detach().clone())
             return result
 
         def grpo_one_step(*args, **kwargs):
