@@ -10,6 +10,7 @@ from typing import Optional, Sequence
 from . import flags
 from .credit import MODES, CreditConfig
 from .flags import flag
+from .suggest import did_you_mean
 
 #: The environment variable through which `scripts/otca_run.sh` hands the flags to every process
 #: that a launcher (torchrun, accelerate) starts: upstream shell scripts pass fixed arguments.
@@ -50,6 +51,9 @@ class OtcaConfig:
                                   "or the last step's predicted clean sample that upstream decodes and scores "
                                   "('prediction')", "latent", choices=("latent", "prediction"),
                                  target_only=True)
+    otca_target: dict = flag("NAME=PATH: apply spec NAME to the file at PATH, e.g. a copy of an upstream trainer "
+                             "(repeatable; NAME as `otca-patch doctor` lists it)", default_factory=dict,
+                             parse=flags.spec_targets, format=flags.format_spec_targets)
     otca_log_dir: str = flag("where run_log.jsonl is written", "otca_logs")
     otca_reward_device: str = flag("device of the registry reward models (default: the trainer's)", "")
     otca_video_frames: int = flag("video targets: frames per video (evenly spaced) that image objectives of the "
@@ -114,7 +118,7 @@ class OtcaConfig:
 
 def build_parser() -> argparse.ArgumentParser:
     """An argparse parser generated from ``OtcaConfig``'s fields (one flag per field)."""
-    parser = argparse.ArgumentParser(prog="otca-patch flags", add_help=False, allow_abbrev=False)
+    parser = flags.OneLineParser(prog="otca-patch flags", add_help=False, allow_abbrev=False)
     return flags.add_flags(parser, OtcaConfig)
 
 
@@ -133,7 +137,8 @@ def parse_otca_args(argv: Sequence[str]) -> tuple[OtcaConfig, list[str]]:
         name = token.split("=", 1)[0]
         if name.startswith(FLAG_PREFIX):
             if name not in known:
-                raise ValueError(f"unknown flag {name}; otca-patch flags are: {', '.join(sorted(known))}")
+                raise ValueError(f"unknown flag {name}{did_you_mean(name, known)} (`otca-patch launch --help` "
+                                 f"lists the flags)")
             ours.append(token)
             takes_value = name not in switches and "=" not in token
             if takes_value:
@@ -144,11 +149,7 @@ def parse_otca_args(argv: Sequence[str]) -> tuple[OtcaConfig, list[str]]:
         else:
             rest.append(token)
         position += 1
-    parser = build_parser()
-    try:
-        namespace = parser.parse_args(ours)
-    except SystemExit:
-        raise ValueError(f"invalid otca-patch flags: {shlex.join(ours)}") from None
+    namespace = build_parser().parse_args(ours)  # a bad value: one ValueError line naming the flag
     return flags.from_namespace(OtcaConfig, namespace), rest
 
 

@@ -16,6 +16,8 @@ import typing
 from dataclasses import MISSING, fields
 from typing import Any, Callable, Iterable, Literal, Optional, Sequence, Union
 
+from .suggest import did_you_mean
+
 
 def flag(help: str, default: Any = MISSING, *, default_factory: Any = MISSING, parse: Optional[Callable] = None,
          format: Optional[Callable] = None, choices: Optional[Sequence] = None, **extra) -> Any:
@@ -45,15 +47,20 @@ def _list_of(kind: Callable) -> Callable:
     return parse
 
 
-def name_values(text: str) -> dict:
-    """``"a=1,b=/x"`` -> ``{"a": "1", "b": "/x"}`` (e.g. NAME=PATH checkpoints)."""
-    pairs = {}
+def _name_value_pairs(text: str, form: str = "NAME=VALUE") -> list:
+    """``"a=1,b=/x"`` -> ``[("a", "1"), ("b", "/x")]``; an item that is not ``form`` is an error."""
+    pairs = []
     for item in comma_list(text):
         name, sep, value = item.partition("=")
         if not sep or not name.strip() or not value.strip():
-            raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {item!r}")
-        pairs[name.strip()] = value.strip()
+            raise argparse.ArgumentTypeError(f"expected {form}, got {item!r}")
+        pairs.append((name.strip(), value.strip()))
     return pairs
+
+
+def name_values(text: str) -> dict:
+    """``"a=1,b=/x"`` -> ``{"a": "1", "b": "/x"}`` (e.g. NAME=PATH checkpoints)."""
+    return dict(_name_value_pairs(text))
 
 
 def name_options(text: str) -> dict:
@@ -70,6 +77,16 @@ def name_options(text: str) -> dict:
     return options
 
 
+def spec_targets(text: str) -> dict:
+    """``"dancegrpo-flux=fastvideo/mine.py"`` -> ``{"fastvideo/mine.py": "dancegrpo-flux"}``: keyed by the
+    file, so one spec can apply to several copies and a repeated file takes the last spec named."""
+    return {path: name for name, path in _name_value_pairs(text, "NAME=PATH (a spec name and a file)")}
+
+
+def format_spec_targets(value: dict) -> str:
+    return ",".join(f"{name}={path}" for path, name in value.items())
+
+
 def format_name_values(value: dict) -> str:
     return ",".join(f"{k}={v}" for k, v in value.items())
 
@@ -79,6 +96,20 @@ def format_name_options(value: dict) -> str:
 
 
 # ---------------------------------------------------------------------- argparse from the annotations
+
+class OneLineParser(argparse.ArgumentParser):
+    """A parser whose errors are one ``ValueError`` line, with "did you mean" for a near-miss choice,
+    instead of argparse's usage block and exit (for flags parsed inside another command)."""
+
+    def error(self, message):
+        raise ValueError(message.removeprefix("argument "))
+
+    def _check_value(self, action, value):
+        if action.choices is not None and value not in action.choices:
+            choices = ", ".join(map(str, action.choices))
+            raise argparse.ArgumentError(action, f"invalid value {value!r}{did_you_mean(value, action.choices)} "
+                                                 f"(choose from {choices})")
+
 
 class _MergeDicts(argparse.Action):
     """A repeatable flag whose values are dicts: later ones update earlier ones (one level deep)."""

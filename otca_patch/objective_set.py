@@ -135,4 +135,36 @@ class Objectives:
         return columns
 
 
+def check_objective_flags(names: Sequence[str], checkpoints: Mapping, options: Mapping,
+                          trainer_names_rewards: bool = False) -> None:
+    """Before a launch starts anything: each objective is upstream's (``upstream``, ``upstream.KEY``:
+    the trainer checks the key) or a registry model, and the checkpoint and option flags name
+    registry objectives with options they have. ``trainer_names_rewards``: the trainer's own reward
+    names are objectives too (FlowGRPO's ``config.reward_fn`` keys), checked once it has read them.
+    Raises a one-line ``ValueError`` with "did you mean" for a near miss."""
+    from .rewards.registry import available, check_options
+    from .suggest import did_you_mean
+
+    registry = []
+    for name in names:
+        if name == UPSTREAM or name.startswith(UPSTREAM + "."):
+            continue
+        if name in available():
+            registry.append(name)
+        elif not trainer_names_rewards:
+            known = [UPSTREAM, *available()]
+            raise ValueError(f"--otca_rewards: {name!r} is neither {UPSTREAM!r} nor a reward model of the registry"
+                             f"{did_you_mean(name, known)} (objectives: {', '.join(known)})")
+    for flag, given in (("--otca_reward_ckpt", checkpoints), ("--otca_reward_opt", options)):
+        for name in given:
+            if name not in registry:
+                raise ValueError(f"{flag}: {name!r} is not a registry objective of --otca_rewards "
+                                 f"{','.join(names)}{did_you_mean(name, registry)}")
+    for name in registry:
+        try:
+            check_options(name, dict(options.get(name, {})))
+        except ImportError:
+            pass  # the adapter's library is missing here; each trainer process says so with its fix
+
+
 _REGISTRY = object()  # marks an objective that a registry model scores

@@ -30,20 +30,35 @@ def test_round_trip_through_argv():
 
 
 @pytest.mark.parametrize("argv,message", [
-    (["--otca_wmin", "0.3"], "unknown flag --otca_wmin"),
-    (["--otca_mode", "best"], "invalid otca-patch flags"),
+    (["--otca_wmin", "0.3"], "unknown flag --otca_wmin; did you mean --otca_w_min?"),
+    (["--otca_mod", "tcd"], "unknown flag --otca_mod; did you mean --otca_mode?"),
+    (["--otca_mode", "otcaa"], "--otca_mode: invalid value 'otcaa'; did you mean otca? (choose from otca,"),
+    (["--otca_mode", "best"], "--otca_mode: invalid value 'best' (choose from otca,"),
+    (["--otca_w_min", "half"], "--otca_w_min: invalid float value: 'half'"),
+    (["--otca_target", "dancegrpo-flux"], "--otca_target: expected NAME=PATH"),
     (["--otca", "--otca_w_min", "1.5"], "--otca_w_min: must lie in [0, 1]"),
     (["--otca", "--otca_explore", "-1"], "--otca_explore: must be >= 0"),
     (["--otca_rewards", "upstream,clip_t", "--otca_objective_weights", "1"], "1 weights for 2 objectives"),
     (["--otca_rewards", "upstream,upstream"], "objectives repeat"),
     (["--otca", "--otca_observe"], "exclude each other"),
-    (["--otca_reward_ckpt", "clip_t"], "invalid otca-patch flags"),
+    (["--otca_reward_ckpt", "clip_t"], "--otca_reward_ckpt: expected NAME=VALUE, got 'clip_t'"),
     (["--otca_mode"], "needs a value"),
 ])
-def test_bad_flags_name_what_is_wrong(argv, message):
+def test_bad_flags_name_what_is_wrong(argv, message, capsys):
     with pytest.raises(ValueError) as raised:
         parse_otca_args(argv)
     assert message in str(raised.value)
+    assert "\n" not in str(raised.value) and len(str(raised.value)) < 200, "one short line, not every flag"
+    assert capsys.readouterr().err == "", "no usage block printed on the side"
+
+
+def test_otca_target_is_keyed_by_file_and_repeats():
+    config, rest = parse_otca_args(["--otca_target", "dancegrpo-flux=a.py", "--otca_target",
+                                    "dancegrpo-flux=b.py,dancegrpo-sd=c.py", "--lr", "1"])
+    assert config.otca_target == {"a.py": "dancegrpo-flux", "b.py": "dancegrpo-flux", "c.py": "dancegrpo-sd"}
+    assert rest == ["--lr", "1"]
+    again, _ = parse_otca_args(config.to_argv())
+    assert again == config
 
 
 def test_environment_flags_are_merged_and_argv_wins(monkeypatch):

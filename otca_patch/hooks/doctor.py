@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from .checkout import check_upstream_dir
+from .coverage import coverage_lines
 from .rewrite import check
 from .source import file_sha256, read_source
 from .spec import TargetSpec, default_patches_dir, load_specs
@@ -86,10 +87,15 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="otca-patch doctor", description=__doc__)
     parser.add_argument("upstream_dir", type=Path, help="an upstream checkout (e.g. upstream/DanceGRPO)")
     parser.add_argument("--patches", type=Path, default=None, help=f"spec folder (default {default_patches_dir()})")
+    parser.add_argument("--otca_target", metavar="NAME=PATH", action="append", default=[],
+                        help="also check spec NAME applied to the file at PATH (a copy of a trainer), as a launch "
+                             "given the same flag does; PATH from the current folder or the checkout (repeatable)")
     args = parser.parse_args(argv)
     try:
         check_upstream_dir(args.upstream_dir)
-        rows, all_hold = diagnose(args.upstream_dir, load_specs(args.patches))
+        specs = load_specs(args.patches)
+        explicit = targets_in_checkout(args.otca_target, specs, args.upstream_dir)
+        rows, all_hold = diagnose(args.upstream_dir, specs + explicit)
     except ValueError as exc:
         print(f"otca-patch doctor: error: {exc}", file=sys.stderr)
         return 2
@@ -99,14 +105,36 @@ def main(argv=None) -> int:
           f"; {failed} need a new spec before --otca can run on this checkout"))
     for line in verdicts(rows):
         print(line)
+    for line in coverage_lines(args.upstream_dir, specs, explicit):
+        print(line)
     return 0 if all_hold else 1
+
+
+def targets_in_checkout(given: list[str], specs: list[TargetSpec], checkout: Path) -> list[TargetSpec]:
+    """``--otca_target NAME=PATH`` values as specs whose ``file`` is PATH (relative to ``checkout``
+    when it lies inside it, as the report names files)."""
+    import os
+    from dataclasses import replace
+
+    from ..flags import spec_targets
+    from .explicit_targets import explicit_specs, resolve_in
+
+    chosen = {}
+    for text in given:
+        try:
+            chosen.update({str(resolve_in(path, checkout)): name for path, name in spec_targets(text).items()})
+        except argparse.ArgumentTypeError as exc:
+            raise ValueError(f"--otca_target: {exc}") from None
+    root = checkout.resolve()
+    return [replace(spec, file=os.path.relpath(spec.file, root) if Path(spec.file).is_relative_to(root) else spec.file)
+            for spec in explicit_specs(chosen, specs)]
 
 
 def verdicts(rows: list[dict]) -> list[str]:
     """Per target: whether --otca can run it here, or exactly which hook points need a new spec."""
     lines = []
-    for target in dict.fromkeys(r["target"] for r in rows):
-        mine = [r for r in rows if r["target"] == target]
+    for target, file in dict.fromkeys((r["target"], r["file"]) for r in rows):  # a --otca_target copy apart
+        mine = [r for r in rows if r["target"] == target and r["file"] == file]
         broken = [f"{r['kind']} {r['hook']}" for r in mine if r["status"] != "ok"]
         lines.append(f"  {target} ({mine[0]['file']}): " + (f"holds ({len(mine)} hook points and pins)" if not broken
                      else f"needs a new spec for {len(broken)} of {len(mine)}: {', '.join(broken)}"))

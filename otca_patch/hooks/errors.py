@@ -14,11 +14,12 @@ class PatchError(RuntimeError):
                  hook: str = "", spec: str = "", kind: str = "hook"):
         self.file, self.function, self.anchor, self.problem = file, function, anchor, problem
         self.verified_commit, self.hook, self.spec, self.kind = verified_commit, hook, spec, kind
-        head = (f"otca-patch cannot install hook {hook!r} into upstream file {file}, function {function}: "
+        # no "otca-patch" here: the command that reports the error puts its own prefix in front
+        head = (f"cannot install hook {hook!r} into upstream file {file}, function {function}: "
                 if kind == "hook" else
-                f"otca-patch: {kind} {hook!r} of upstream file {file}, function {function}, does not hold: ")
+                f"{kind} {hook!r} of upstream file {file}, function {function}, does not hold: ")
         super().__init__(
             head + f"{problem}.\n  anchor: {anchor}\n  spec: {spec} (written against upstream commit {verified_commit})\n"
             f"  Run `otca-patch doctor <upstream checkout>` to see every hook point; a new upstream release "
-            f"needs a new spec (scripts/rebase_upstream.sh)."
+            f"needs a new spec (`otca-patch rebase`)."
         )

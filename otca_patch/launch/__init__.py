@@ -11,4 +11,4 @@ def main(argv=None) -> int:
     """``otca-patch run SCRIPT [ARGS ...] [--otca ...]``: run one upstream script with the layer."""
     from .worker import main as worker_main
 
-    return worker_main(argv)
+    return worker_main(argv, command="otca-patch run")

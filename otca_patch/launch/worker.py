@@ -1,6 +1,6 @@
 """``python -m otca_patch.launch.worker SCRIPT [ARGS]``: what every targeted process becomes when the
 layer is active (the startup hook re-executes into it), and ``otca-patch run``. Flags come from
-``$OTCA_PATCH_ARGS`` (set by scripts/otca_run.sh) and from ARGS.
+``$OTCA_PATCH_ARGS`` (set by ``otca-patch launch``) and from ARGS.
 
 Without ``--otca`` / ``--otca_observe`` the script runs as ``python SCRIPT ARGS`` would run it. With
 them, any failure before the script starts (flags, specs, hook points, the runtime) ends the process
@@ -13,6 +13,18 @@ import runpy
 import sys
 
 USAGE = "usage: otca-patch run SCRIPT [ARGS ...] [--otca ...]"
+#: set by ``otca-patch launch``: the command its processes' messages start with
+COMMAND_VARIABLE = "OTCA_PATCH_COMMAND"
+#: set by ``otca-patch launch``: the file each started process of the launch appends a line to
+RECORD_VARIABLE = "OTCA_PATCH_RECORD"
+
+
+def record_targeted(script: str, spec) -> None:
+    """Tell the launch that a targeted process started (it checks that one did; see wrapper.py)."""
+    record = os.environ.get(RECORD_VARIABLE)
+    if record:
+        with open(record, "a") as handle:  # one short append per process: atomic with O_APPEND
+            handle.write(f"targeted\t{os.path.abspath(script)}\t{spec.name}\n")
 
 
 def run_untouched(script: str, argv: list[str]) -> None:
@@ -22,8 +34,10 @@ def run_untouched(script: str, argv: list[str]) -> None:
     runpy.run_path(script, run_name="__main__")
 
 
-def main(argv=None) -> int:
+def main(argv=None, command: str | None = None) -> int:
+    """``command``: what messages start with (``otca-patch run``; in a launch's processes, the launch)."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    command = command or os.environ.get(COMMAND_VARIABLE) or "otca-patch"
     if not argv or argv[0].startswith("-"):
         print(USAGE, file=sys.stderr)
         return 2
@@ -38,21 +52,23 @@ def main(argv=None) -> int:
         if not config.active:
             run_untouched(script, upstream_argv)  # no --otca: the upstream file runs untouched
             return 0
-        from ..hooks.spec import spec_for_script
+        from ..hooks.explicit_targets import spec_for
+        from ..hooks.spec import load_specs
         from .runner import prepare_main
 
-        spec = spec_for_script(script)
+        spec = spec_for(script, config.otca_target, load_specs())
         if spec is None:
             raise ValueError(f"{script} is not an upstream file that otca-patch has hook points for "
-                             f"(see patches/ and `otca-patch doctor`)")
+                             f"(`otca-patch doctor` lists them; for a copy of one, add --otca_target NAME={script})")
         code, namespace = prepare_main(script, upstream_argv, spec, config)
+        record_targeted(script, spec)
     except Exception as exc:  # before the script starts: every failure stops the process, clearly
-        print(f"otca-patch: error: {exc}", file=sys.stderr)
+        print(f"{command}: error: {exc}", file=sys.stderr)
         return 2
     try:
         exec(code, namespace)
     except PatchError as exc:  # a run-time invariant does not hold (before the first optimizer step)
-        print(f"otca-patch: error: {exc}", file=sys.stderr)
+        print(f"{command}: error: {exc}", file=sys.stderr)
         return 2
     return 0
 

@@ -67,6 +67,12 @@ def load(name: str, checkpoint: Optional[Union[str, Path]] = None, device: Union
     return factory(checkpoint=checkpoint, device=device, **kwargs)
 
 
+def check_options(name: str, options: dict) -> None:
+    """``ValueError`` naming an option reward ``name`` has not, or a value that does not convert,
+    without building the model (what a launch checks before it starts anything)."""
+    convert_options(name, _factory(name), options)
+
+
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
 

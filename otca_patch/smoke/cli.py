@@ -98,6 +98,7 @@ def main(argv=None) -> int:
         if known.upstream_dir is None:
             build_parser(smoke_module(next(iter(targets.values()))[1]).Sizes).parse_args(rest)  # prints usage
         check_upstream_dir(known.upstream_dir)
+        config = with_explicit_targets(config, known.upstream_dir)
         target = targets[known.target or detect_target(known.upstream_dir, targets)][1]
         module = smoke_module(target)
     except ValueError as exc:
@@ -116,6 +117,19 @@ def main(argv=None) -> int:
         print(f"smoke: error: {exc}", file=sys.stderr)
         return 2
     return 0
+
+
+def with_explicit_targets(config, upstream_dir: Path):
+    """``--otca_target`` files as absolute paths (the run changes its working directory), each
+    checked to exist and to name a spec."""
+    from ..hooks.explicit_targets import explicit_specs, resolve_in
+    from ..hooks.spec import load_specs
+
+    if not config.otca_target:
+        return config
+    chosen = {str(resolve_in(path, upstream_dir)): name for path, name in config.otca_target.items()}
+    explicit_specs(chosen, load_specs())
+    return replace(config, otca_target=chosen)
 
 
 def with_smoke_defaults(config, argv, reward_root: Path, default_rewards: tuple):

@@ -16,16 +16,27 @@ from ..config import OtcaConfig
 
 
 def load_upstream(upstream_dir: Path, relative_file: str, config: OtcaConfig, module_name: str):
-    """The upstream module: untouched for vanilla, rewritten by the layer otherwise."""
+    """The upstream module: untouched for vanilla, rewritten by the layer otherwise. A file that
+    ``--otca_target`` names for this target's spec (a copy of the trainer) replaces the upstream one,
+    with or without the layer, so both sides of an A/B run the same file."""
+    from dataclasses import replace
+
+    from ..hooks.explicit_targets import resolve_in
+    from ..hooks.spec import spec_for_script
+
     path = upstream_dir / relative_file
+    spec = spec_for_script(path)
+    for chosen, name in config.otca_target.items():
+        if spec is not None and name == spec.name:
+            path = resolve_in(chosen, upstream_dir)
+            spec = replace(spec, file=str(path))
     if not path.is_file():
         raise SystemExit(f"smoke: {path} does not exist; pass a DanceGRPO checkout")
     sys.path.insert(0, str(upstream_dir))
     if config.active:
-        from ..hooks.spec import spec_for_script
         from ..launch.runner import load_patched_module
 
-        return load_patched_module(str(path), spec_for_script(path), config, module_name)
+        return load_patched_module(str(path), spec, config, module_name)
     spec = importlib.util.spec_from_file_location(module_name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module

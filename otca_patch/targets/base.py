@@ -118,6 +118,8 @@ class Runtime:
             "observe": self.observing, "config": self.credit_config.to_dict(),
             "objectives": list(self.objectives.names), **self.record, **fields_,
         }
+        if self.spec is not None:  # which spec was applied to which file (a --otca_target copy included)
+            record["target"] = {"spec": self.spec.name, "file": self.spec.file}
         self.log.write(record)
         self._to_wandb(rank, record["summary"], wandb_step)
         return True

@@ -1,0 +1,48 @@
+"""What ``doctor`` says besides the hook points: trainer files in the checkout that no spec covers, and
+specs whose file the checkout lacks (a target ``--otca`` cannot run here)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+from .spec import TargetSpec
+
+#: trainer scripts, looked for in the folders that hold a spec's file (fastvideo/, scripts/)
+TRAINER_PATTERN = "train*.py"
+
+
+def uncovered_trainers(checkout: Path, specs: Sequence[TargetSpec], explicit: Sequence[TargetSpec] = ()) -> list[str]:
+    """``train*.py`` files, in the folders of this checkout's targeted files, that neither a spec nor
+    ``--otca_target`` covers ("/"-separated, relative to ``checkout``)."""
+    present = [spec for spec in specs if (checkout / spec.file).is_file()]
+    covered = {(checkout / spec.file).resolve() for spec in present} | {Path(s.file).resolve() for s in explicit}
+    folders = sorted({(checkout / spec.file).parent for spec in present})
+    found = {path.resolve(): path for folder in folders for path in folder.glob(TRAINER_PATTERN) if path.is_file()}
+    return sorted(found[p].relative_to(checkout).as_posix() for p in set(found) - covered)
+
+
+def missing_files(checkout: Path, specs: Sequence[TargetSpec]) -> tuple[list[TargetSpec], list[TargetSpec]]:
+    """(specs of this checkout's upstream(s) whose file is not here, specs of other upstreams)."""
+    here = {spec.upstream for spec in specs if (checkout / spec.file).is_file()}
+    absent = [spec for spec in specs if not (checkout / spec.file).is_file()]
+    return [s for s in absent if s.upstream in here], [s for s in absent if s.upstream not in here]
+
+
+def coverage_lines(checkout: Path, specs: Sequence[TargetSpec], explicit: Sequence[TargetSpec] = ()) -> list[str]:
+    """doctor's lines on trainer files without a spec and specs without a file."""
+    lines = []
+    uncovered = uncovered_trainers(checkout, specs, explicit)
+    if uncovered:
+        lines.append(f"trainer files no spec covers ({len(uncovered)}; --otca does not patch them, and a launch "
+                     f"that runs one of them under --otca stops if it is a copy of a covered trainer; to check and "
+                     f"run a copy patched, give --otca_target NAME=PATH):")
+        lines += [f"  {file}" for file in uncovered]
+    missing, elsewhere = missing_files(checkout, specs)
+    if missing:
+        lines.append(f"specs whose file this checkout lacks ({len(missing)}; --otca cannot run these targets here):")
+        lines += [f"  {spec.name}: {spec.file} (verified on {spec.upstream} commit {spec.verified_commit[:12]})"
+                  for spec in missing]
+    if elsewhere:
+        lines.append("specs of other upstreams (their files are not in this checkout): "
+                     + ", ".join(f"{spec.name} ({spec.upstream}: {spec.file})" for spec in elsewhere))
+    return lines
