@@ -10,7 +10,7 @@ Runs one launch twice, one side after the other, then ``otca-patch compare``:
 
 Both sides run the same launch script, so the same seeds (the script's --seed) and the same
 initial noise; the OTCA flags other than --otca (objectives, checkpoints, mode) apply to both, so
-both sides log the same objectives. Run it from the upstream checkout, as scripts/otca_run.sh.
+both sides log the same objectives. Run it from the upstream checkout, as `otca-patch launch`.
 Each side runs in DIR/<side>, a working copy of the checkout (symlinks) in which what the trainer
 writes into its working directory (./images, ./reward.txt, ./videos, ...: the target's descriptor
 lists it) and the launch script's relative --output_dir (checkpoints) are private, so the sides
@@ -29,6 +29,7 @@ from ..analysis.logs import LogError
 from ..config import parse_otca_args
 from .workdir import cwd_outputs, make_working_copy, output_dirs_of
 
+PROG = "otca-patch ab"
 SIDE_FLAGS = ("--otca", "--otca_observe")
 SIDES = (("vanilla", "--otca_observe"), ("otca", "--otca"))
 
@@ -64,7 +65,7 @@ def parse(argv: list[str]) -> dict:
 
 def run_side(command: list[str], cwd: Path, log: Path) -> int:
     """One side, its output teed to ``log`` (kept even when the side fails)."""
-    print(f"ab_compare: {' '.join(command)}  (in {cwd})", flush=True)
+    print(f"{PROG}: {' '.join(command)}  (in {cwd})", flush=True)
     with open(log, "w") as handle:
         process = subprocess.Popen(command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         for line in process.stdout:
@@ -89,18 +90,18 @@ def main(argv=None) -> int:
     try:
         options = parse(argv)
     except ValueError as exc:
-        print(f"ab_compare: error: {exc}", file=sys.stderr)
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
     out = Path(options["out"] or f"ab_runs/{time.strftime('%Y%m%d-%H%M%S')}").resolve()
     target = options["target"]
     checkout = Path.cwd()
     if options["smoke"]:
         if not target.is_dir():
-            print(f"ab_compare: error: --smoke needs an upstream checkout folder, got {target}", file=sys.stderr)
+            print(f"{PROG}: error: --smoke needs an upstream checkout folder, got {target}", file=sys.stderr)
             return 2
     else:
         if not target.is_file():
-            print(f"ab_compare: error: launch script {target} does not exist (run from the upstream checkout)",
+            print(f"{PROG}: error: launch script {target} does not exist (run from the upstream checkout)",
                   file=sys.stderr)
             return 2
         if target.is_absolute():
@@ -109,14 +110,14 @@ def main(argv=None) -> int:
             private = [*cwd_outputs(checkout, options["target"]), *output_dirs_of(options["target"]),
                        *options["private"]]
         except ValueError as exc:
-            print(f"ab_compare: error: {exc}", file=sys.stderr)
+            print(f"{PROG}: error: {exc}", file=sys.stderr)
             return 2
         if "--seed" not in options["target"].read_text(errors="replace"):
-            print("ab_compare: warning: the launch script sets no --seed; the sides will not share their noise",
+            print(f"{PROG}: warning: the launch script sets no --seed; the sides will not share their noise",
                   file=sys.stderr)
     for name, _ in SIDES:
         if (out / name / "run_log.jsonl").exists():
-            print(f"ab_compare: error: {out / name} already holds a run; pass another --out", file=sys.stderr)
+            print(f"{PROG}: error: {out / name} already holds a run; pass another --out", file=sys.stderr)
             return 2
     out.mkdir(parents=True, exist_ok=True)
     for name, side_flag in SIDES:
@@ -128,20 +129,20 @@ def main(argv=None) -> int:
             try:
                 make_working_copy(checkout, run_dir, private)
             except ValueError as exc:
-                print(f"ab_compare: error: {exc}", file=sys.stderr)
+                print(f"{PROG}: error: {exc}", file=sys.stderr)
                 return 2
             command, cwd = launch_command(target, run_dir, flags), run_dir
         code = run_side(command, cwd, out / f"{name}.out")
         if code != 0:
-            print(f"ab_compare: error: the {name} side failed (exit {code}); its output is in {out / f'{name}.out'}",
+            print(f"{PROG}: error: the {name} side failed (exit {code}); its output is in {out / f'{name}.out'}",
                   file=sys.stderr)
             return code
     try:
         report = compare([out / name for name, _ in SIDES], out / "compare", labels=[name for name, _ in SIDES])
     except LogError as exc:
-        print(f"ab_compare: error: comparing the two sides: {exc}", file=sys.stderr)
+        print(f"{PROG}: error: comparing the two sides: {exc}", file=sys.stderr)
         return 2
-    print(f"ab_compare: report: {report}")
+    print(f"{PROG}: report: {report}")
     return 0
 
 

@@ -71,7 +71,10 @@ def load_trajectory_file(path) -> dict:
     try:
         data = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - any unreadable file gets the same clear message
-        raise ValueError(f"--trajectories: cannot read {path} as a torch.save file ({type(exc).__name__}: {exc})") from None
+        # torch's own message runs to several lines about weights_only; one line says what matters
+        raise ValueError(f"--trajectories: {path} is not a trajectory set: torch.load(weights_only=True) cannot read "
+                         f"it ({type(exc).__name__}); give a dict of tensors saved by torch.save, as "
+                         f"--save_trajectories writes (the format is in --help)") from None
     if not isinstance(data, dict):
         raise ValueError(f"--trajectories: {path} holds a {type(data).__name__}, expected a dict (see --help)")
     return trajectories_from_dict(data, source=str(path))

@@ -38,6 +38,9 @@ def main(argv=None, command: str | None = None) -> int:
     """``command``: what messages start with (``otca-patch run``; in a launch's processes, the launch)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     command = command or os.environ.get(COMMAND_VARIABLE) or "otca-patch"
+    if argv and argv[0] in ("-h", "--help"):
+        print(f"{USAGE}\n\n{__doc__.split(chr(10) * 2, 1)[1]}\nThe --otca flags are those of `otca-patch launch --help`.")
+        return 0
     if not argv or argv[0].startswith("-"):
         print(USAGE, file=sys.stderr)
         return 2

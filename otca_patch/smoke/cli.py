@@ -102,7 +102,7 @@ def main(argv=None) -> int:
         target = targets[known.target or detect_target(known.upstream_dir, targets)][1]
         module = smoke_module(target)
     except ValueError as exc:
-        print(f"smoke: error: {exc}", file=sys.stderr)
+        print(f"otca-patch smoke: error: {exc}", file=sys.stderr)
         return 2
     args = build_parser(module.Sizes).parse_args(rest)
     out_dir = args.out_dir.resolve()
@@ -114,7 +114,7 @@ def main(argv=None) -> int:
         sizes = from_namespace(module.Sizes, args)
         module.run(args.upstream_dir.resolve(), out_dir, config, sizes, reward_root, probe=args.probe)
     except (PatchError, ValueError) as exc:
-        print(f"smoke: error: {exc}", file=sys.stderr)
+        print(f"otca-patch smoke: error: {exc}", file=sys.stderr)
         return 2
     return 0
 

@@ -1,4 +1,4 @@
-"""``scripts/rebase_upstream.sh REF [LOCAL_CLONE]``: try an upstream submodule on another commit.
+"""``otca-patch rebase REF [LOCAL_CLONE]`` (``scripts/rebase_upstream.sh`` in a checkout of otca-patch): try an upstream submodule on another commit.
 
 Fetches REF from LOCAL_CLONE (a local clone of the upstream repository) into the submodule,
 checks it out, checks every hook-point spec on it (``otca-patch doctor``) and, when all hold, runs
@@ -157,7 +157,7 @@ def rebase(superproject: Path, ref: str, clone: Path | None, submodule_path: str
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="rebase_upstream.sh", description=__doc__,
+    parser = argparse.ArgumentParser(prog="otca-patch rebase", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("ref", help="upstream commit, branch or tag")
     parser.add_argument("clone", nargs="?", type=Path, help="local clone of the upstream repository to fetch REF from")
@@ -173,7 +173,7 @@ def main(argv=None) -> int:
             raise RebaseError(f"local clone {args.clone} does not exist")
         return rebase(superproject, args.ref, args.clone, args.submodule, args.smoke, args.stay)
     except (RebaseError, ValueError) as exc:
-        print(f"rebase_upstream.sh: error: {exc}", file=sys.stderr)
+        print(f"otca-patch rebase: error: {exc}", file=sys.stderr)
         return 2
 
 
