@@ -162,3 +162,27 @@ def test_doctor_checks_an_otca_target_and_lists_uncovered_trainers_and_missing_f
     assert f"synthetic-trainer ({COPY}): needs a new spec for 1 of 1: hook scale" in done.stdout
     assert "synthetic-trainer (trainer/train.py): holds" in done.stdout
     assert "  trainer/train_mine.py" not in done.stdout.splitlines(), "a file given to --otca_target is covered"
+
+
+def test_an_explicit_name_picks_that_spec_for_a_path_two_specs_share(synthetic, tmp_path):
+    """Another upstream's trainer at the same path (MixGRPO's fastvideo/train_grpo_flux.py is
+    DanceGRPO's path): the spec --otca_target names applies there, and only it is checked."""
+    upstream, env = synthetic
+    patches, runtimes = tmp_path / "patches", tmp_path / "runtime"
+    variant = (patches / "synthetic.toml").read_text().replace('name = "synthetic-trainer"', 'name = "synthetic-variant"')
+    variant = variant.replace('runtime = "synthetic_runtime"', 'runtime = "variant_runtime"')
+    (patches / "variant.toml").write_text(variant.replace('anchor = "return advantages"', 'anchor = "return list(advantages)"'))
+    (runtimes / "variant_runtime.py").write_text((runtimes / "synthetic_runtime.py").read_text()
+                                                 .replace("2.0 if", "10.0 if").replace('"synthetic-trainer"', '"synthetic-variant"'))
+    trainer = upstream / "trainer" / "train.py"
+    trainer.write_text(trainer.read_text().replace("return advantages", "return list(advantages)"))  # the variant's file
+    done = launch(upstream, env, "python trainer/train.py --out result.json", "--otca")
+    assert done.returncode == 2 and "anchor not found" in done.stderr, "by path, the first spec applies and refuses"
+    done = launch(upstream, env, "python trainer/train.py --out result.json", "--otca", "--otca_target",
+                  "synthetic-variant=trainer/train.py")
+    assert done.returncode == 0, done.stderr
+    assert result(upstream)["advantages"] == [-20.0, -10.0, 30.0]
+    doctor = subprocess.run([sys.executable, "-m", "otca_patch.cli", "doctor", str(upstream), "--otca_target",
+                             "synthetic-variant=trainer/train.py"], env=env, capture_output=True, text=True, timeout=120)
+    assert doctor.returncode == 0, doctor.stdout
+    assert "synthetic-variant (trainer/train.py): holds" in doctor.stdout and "synthetic-trainer" not in doctor.stdout

@@ -15,7 +15,7 @@ def uncovered_trainers(checkout: Path, specs: Sequence[TargetSpec], explicit: Se
     """``train*.py`` files, in the folders of this checkout's targeted files, that neither a spec nor
     ``--otca_target`` covers ("/"-separated, relative to ``checkout``)."""
     present = [spec for spec in specs if (checkout / spec.file).is_file()]
-    covered = {(checkout / spec.file).resolve() for spec in present} | {Path(s.file).resolve() for s in explicit}
+    covered = {(checkout / spec.file).resolve() for spec in present} | {(checkout / s.file).resolve() for s in explicit}
     folders = sorted({(checkout / spec.file).parent for spec in present})
     found = {path.resolve(): path for folder in folders for path in folder.glob(TRAINER_PATTERN) if path.is_file()}
     return sorted(found[p].relative_to(checkout).as_posix() for p in set(found) - covered)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from .checkout import check_upstream_dir
 from .coverage import coverage_lines
+from .explicit_targets import explicit_specs, not_overridden, resolve_in
 from .rewrite import check
 from .source import file_sha256, read_source
 from .spec import TargetSpec, default_patches_dir, load_specs
@@ -95,7 +96,7 @@ def main(argv=None) -> int:
         check_upstream_dir(args.upstream_dir)
         specs = load_specs(args.patches)
         explicit = targets_in_checkout(args.otca_target, specs, args.upstream_dir)
-        rows, all_hold = diagnose(args.upstream_dir, specs + explicit)
+        rows, all_hold = diagnose(args.upstream_dir, not_overridden(specs, explicit, args.upstream_dir) + explicit)
     except ValueError as exc:
         print(f"otca-patch doctor: error: {exc}", file=sys.stderr)
         return 2
@@ -117,7 +118,6 @@ def targets_in_checkout(given: list[str], specs: list[TargetSpec], checkout: Pat
     from dataclasses import replace
 
     from ..flags import spec_targets
-    from .explicit_targets import explicit_specs, resolve_in
 
     chosen = {}
     for text in given:
@@ -125,7 +125,7 @@ def targets_in_checkout(given: list[str], specs: list[TargetSpec], checkout: Pat
             chosen.update({str(resolve_in(path, checkout)): name for path, name in spec_targets(text).items()})
         except argparse.ArgumentTypeError as exc:
             raise ValueError(f"--otca_target: {exc}") from None
-    root = checkout.resolve()
+    root = Path(os.path.abspath(checkout))
     return [replace(spec, file=os.path.relpath(spec.file, root) if Path(spec.file).is_relative_to(root) else spec.file)
             for spec in explicit_specs(chosen, specs)]
 

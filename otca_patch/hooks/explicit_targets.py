@@ -55,3 +55,10 @@ def spec_for(script: str | os.PathLike, chosen: Mapping[str, str], specs: Sequen
         if resolve(path) == script:
             return replace(spec_named(name, specs), file=str(script))
     return spec_for_script(script, list(specs))
+
+
+def not_overridden(specs: Sequence[TargetSpec], explicit: Sequence[TargetSpec], checkout: Path) -> list[TargetSpec]:
+    """``specs`` less those whose file in ``checkout`` ``--otca_target`` gives to a spec by name (a
+    path two specs share: only the named one applies there)."""
+    chosen = {(checkout / spec.file).resolve() for spec in explicit}  # relative: inside the checkout
+    return [spec for spec in specs if (checkout / spec.file).resolve() not in chosen]

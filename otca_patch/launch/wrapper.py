@@ -30,7 +30,7 @@ from pathlib import Path
 
 from ..config import ENV_ARGS, OtcaConfig, parse_otca_args
 from ..hooks.errors import PatchError
-from ..hooks.explicit_targets import explicit_specs
+from ..hooks.explicit_targets import explicit_specs, not_overridden
 from ..hooks.rewrite import compile_target
 from ..hooks.source import read_source
 from ..hooks.spec import TargetSpec, load_specs
@@ -184,9 +184,12 @@ def main(argv=None) -> int:
     try:
         specs = load_specs()
         explicit = explicit_specs(config.otca_target, specs, workdir)
-        checked = preflight(launch_script, workdir, command_text, specs) + check_explicit(explicit)
-        named = [spec for spec in specs if spec.file in checked]
-        check_objectives(config, named + explicit or specs)
+        checked = (preflight(launch_script, workdir, command_text, not_overridden(specs, explicit, workdir))
+                   + check_explicit(explicit))
+        # the trainers this launch runs: those it names, else this checkout's, else any
+        named = [spec for spec in specs if spec.file in checked] + explicit
+        present = [spec for spec in specs if (workdir / spec.file).is_file()]
+        check_objectives(config, named or present or specs)
     except (PatchError, ValueError, SyntaxError) as exc:
         return error(str(exc))
     record = Path(tempfile.mkstemp(prefix="otca-launch-", suffix=".record")[1])

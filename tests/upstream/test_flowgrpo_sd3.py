@@ -226,5 +226,5 @@ def test_otca_run_stops_before_launching_on_a_mutated_checkout(flow_grpo, tiny_s
     copy = _mutated_copy(flow_grpo, tmp_path)
     done = _launch_through_otca_run(copy, tmp_path / "out", tiny_sd3, "--otca")
     assert done.returncode == 2
-    assert "otca_run.sh: error" in done.stderr and "record_kept_samples" in done.stderr
+    assert "otca-patch launch: error" in done.stderr and "record_kept_samples" in done.stderr
     assert "Running training" not in done.stderr  # no process was started
