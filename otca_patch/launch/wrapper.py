@@ -145,9 +145,9 @@ def usage() -> str:
 
     parser = build_parser()
     parser.usage = argparse.SUPPRESS
-    flags = parser.format_help().strip("\n")
-    return f"usage: {PROG} UPSTREAM_LAUNCH.sh [--otca ...] [ARGS]\n       {PROG} [--otca ...] -- COMMAND [ARGS]\n\n" \
-           f"{__doc__.split(chr(10) + chr(10), 1)[1]}\nflags:\n{flags}"
+    flags = parser.format_help().strip("\n").split("\n", 1)[1]  # without argparse's "options:" title
+    return (f"usage: {PROG} UPSTREAM_LAUNCH.sh [--otca ...] [ARGS]\n       {PROG} [--otca ...] -- COMMAND [ARGS]\n\n"
+            f"{__doc__.strip()}\n\nflags:\n{flags}")
 
 
 def main(argv=None) -> int:
