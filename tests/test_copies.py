@@ -79,6 +79,7 @@ def test_a_launch_that_runs_the_trainer_and_other_scripts_succeeds(synthetic):
     assert done.returncode == 0, done.stderr
     assert "prepared" in done.stdout and result(upstream)["advantages"] == [-4.0, -2.0, 6.0]
     assert "no process ran" not in done.stderr
+    assert not list(upstream.glob(".otca-launch-*")), "the launch's record is removed when it ends"
 
 
 def test_a_failing_launch_keeps_its_exit_status(synthetic):

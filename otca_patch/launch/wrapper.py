@@ -118,6 +118,17 @@ def no_target_message(ran: list[str]) -> str:
             f"files; for a copy of one add --otca_target NAME=PATH)")
 
 
+def record_file(workdir: Path) -> Path:
+    """Where the launch's processes say what they ran: in the launch's folder, which processes that a
+    launcher starts on other machines usually share, else in the temporary folder."""
+    try:
+        handle, path = tempfile.mkstemp(prefix=".otca-launch-", suffix=".record", dir=workdir)
+    except OSError:
+        handle, path = tempfile.mkstemp(prefix="otca-launch-", suffix=".record")
+    os.close(handle)
+    return Path(path)
+
+
 def run_and_wait(command: list[str], env: dict) -> int:
     """Run the launch as a child and wait: SIGTERM / SIGHUP are passed on; Ctrl-C reaches the child
     through the terminal's process group, so the wrapper only keeps waiting."""
@@ -192,7 +203,7 @@ def main(argv=None) -> int:
         check_objectives(config, named or present or specs)
     except (PatchError, ValueError, SyntaxError) as exc:
         return error(str(exc))
-    record = Path(tempfile.mkstemp(prefix="otca-launch-", suffix=".record")[1])
+    record = record_file(workdir)
     env.update({ENV_ARGS: shlex.join(layer_config(config, workdir).to_argv()),
                 ENV_TARGETS: os.pathsep.join(sorted({spec.file for spec in specs}) + [spec.file for spec in explicit]),
                 ENV_SHAPES: shapes(specs, workdir), RECORD_VARIABLE: str(record), COMMAND_VARIABLE: PROG,

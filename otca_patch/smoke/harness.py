@@ -31,7 +31,7 @@ def load_upstream(upstream_dir: Path, relative_file: str, config: OtcaConfig, mo
             path = resolve_in(chosen, upstream_dir)
             spec = replace(spec, file=str(path))
     if not path.is_file():
-        raise SystemExit(f"smoke: {path} does not exist; pass a DanceGRPO checkout")
+        raise SystemExit(f"otca-patch smoke: error: {path} does not exist; pass a DanceGRPO checkout")
     sys.path.insert(0, str(upstream_dir))
     if config.active:
         from ..launch.runner import load_patched_module
