@@ -21,6 +21,24 @@ def uncovered_trainers(checkout: Path, specs: Sequence[TargetSpec], explicit: Se
     return sorted(found[p].relative_to(checkout).as_posix() for p in set(found) - covered)
 
 
+def closest_spec(path: Path, checkout: Path, specs: Sequence[TargetSpec]) -> tuple[TargetSpec, float] | None:
+    """The spec whose file (in ``checkout``) shares the largest part of its distinct lines with
+    ``path``, and that part, when it is at least half: ``path`` is then a copy of it (the startup
+    hook's rule for a launched script)."""
+    def lines(file: Path) -> set:
+        return {line.strip() for line in file.read_text(errors="replace").splitlines()
+                if line.strip() and not line.lstrip().startswith("#")}
+
+    mine, best = lines(path), None
+    for spec in specs:
+        if (checkout / spec.file).is_file():
+            theirs = lines(checkout / spec.file)
+            share = len(theirs & mine) / max(len(theirs), 1)
+            if share >= 0.5 and (best is None or share > best[1]):
+                best = (spec, share)
+    return best
+
+
 def missing_files(checkout: Path, specs: Sequence[TargetSpec]) -> tuple[list[TargetSpec], list[TargetSpec]]:
     """(specs of this checkout's upstream(s) whose file is not here, specs of other upstreams)."""
     here = {spec.upstream for spec in specs if (checkout / spec.file).is_file()}
@@ -36,7 +54,10 @@ def coverage_lines(checkout: Path, specs: Sequence[TargetSpec], explicit: Sequen
         lines.append(f"trainer files no spec covers ({len(uncovered)}; --otca does not patch them, and a launch "
                      f"that runs one of them under --otca stops if it is a copy of a covered trainer; to check and "
                      f"run a copy patched, give --otca_target NAME=PATH):")
-        lines += [f"  {file}" for file in uncovered]
+        for file in uncovered:
+            copy = closest_spec(checkout / file, checkout, specs)
+            lines.append(f"  {file}" + (f" (a copy of {copy[0].file}, {copy[1]:.0%} of its lines: --otca_target "
+                                        f"{copy[0].name}={file})" if copy else ""))
     missing, elsewhere = missing_files(checkout, specs)
     if missing:
         lines.append(f"specs whose file this checkout lacks ({len(missing)}; --otca cannot run these targets here):")
