@@ -1,8 +1,13 @@
-"""The few collective operations the layer needs: small per-sample tensors only, never latents."""
+"""The few collective operations the layer needs: small per-sample tensors only, never latents.
+
+Each one first makes sure the rank check ran (``rank_check.ensure``): the layer never enters a
+collective before every rank is known to run the layer the same way."""
 from __future__ import annotations
 
 import torch
 import torch.distributed as dist
+
+from . import rank_check
 
 
 def world() -> tuple[int, int]:
@@ -17,9 +22,17 @@ def gather_rows(tensor: torch.Tensor) -> torch.Tensor:
     rank, size = world()
     if size == 1:
         return tensor
+    rank_check.ensure()
     parts = [torch.empty_like(tensor) for _ in range(size)]
     dist.all_gather(parts, tensor.contiguous())
     return torch.cat(parts, dim=0)
+
+
+def all_reduce_sum(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor`` summed over ranks in place (after the rank check)."""
+    rank_check.ensure()
+    dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+    return tensor
 
 
 def local_rows(tensor: torch.Tensor, batch: int) -> torch.Tensor:
