@@ -209,6 +209,49 @@ def test_different_modes_stop_both_ranks_naming_the_difference(dist_trainer):
                              f"(rank 0: otca)") == 2, done.stderr[-3000:]
 
 
+# ---- every rank's B: the layer's gather needs the same number of rows on each rank
+
+ROWS_WORKER = textwrap.dedent('''\
+    import sys
+    import torch
+    import torch.distributed as dist
+    from otca_patch.distributed import gather_rows
+    from otca_patch.rank_check import RankError
+
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    rows = [int(n) for n in sys.argv[1].split(",")][rank]
+    try:
+        gathered = gather_rows(torch.full((rows, 2), float(rank)))
+    except RankError as exc:
+        print(f"rank {rank} stopped: {exc}", flush=True)
+        sys.exit(3)
+    print(f"rank {rank} gathered {gathered[:, 0].tolist()}", flush=True)
+    dist.destroy_process_group()
+''')
+
+
+def run_rows(tmp_path, rows: str) -> subprocess.CompletedProcess:
+    script = tmp_path / "rows.py"
+    script.write_text(ROWS_WORKER)
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
+                           str(_free_port()), str(script), rows], capture_output=True, text=True, timeout=300, env=env)
+
+
+@pytest.mark.slow
+def test_ranks_with_different_batch_sizes_stop_naming_each_rank_and_size(tmp_path):
+    done = run_rows(tmp_path, "2,3")
+    assert done.returncode != 0
+    for rank in (0, 1):
+        assert f"rank {rank} stopped: the ranks hold different numbers of samples (rank 0: 2 rows; rank 1: 3 rows)" \
+            in done.stdout, done.stdout + done.stderr[-3000:]
+    assert "mismatch" not in done.stderr
+    done = run_rows(tmp_path, "2,2")  # equal B: checked, then gathered in rank order
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "rank 0 gathered [0.0, 0.0, 1.0, 1.0]" in done.stdout
+
+
 def test_without_the_launcher_layout_the_missing_host_is_unknown():
     store = dist.HashStore()
     with pytest.raises(RankError, match=r"rank 1 \(host unknown\) did not register"):
