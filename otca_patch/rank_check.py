@@ -72,23 +72,26 @@ def _env_int(name: str) -> Optional[int]:
 def check_ranks(store, rank: int, world_size: int, mine: dict, timeout: float, attempt: str = "0",
                 file: str = "", poll: float = 0.1) -> dict:
     """Register ``mine`` as ``rank`` in ``store``, wait up to ``timeout`` seconds for all
-    ``world_size`` entries, and compare them. Returns the summary the run log records; raises
-    ``RankError`` naming every missing or different rank."""
+    ``world_size`` entries, and compare them; then every rank says whether it goes on, so that a rank
+    whose wait ran out just as the last one registered does not stop alone. Returns the summary the
+    run log records; raises ``RankError`` naming every missing or different rank."""
     started = time.monotonic()
+    deadline = started + timeout
     keys = [f"{KEY_PREFIX}/{attempt}/{r}" for r in range(world_size)]
+    verdicts = [f"{KEY_PREFIX}/{attempt}/verdict/{r}" for r in range(world_size)]
     try:
         store.set(keys[rank], json.dumps({**mine, "rank": rank}))
-        missing = list(range(world_size))
-        while True:
-            missing = [r for r in missing if not store.check([keys[r]])]
-            if not missing or time.monotonic() - started >= timeout:
-                break
-            time.sleep(min(poll, max(0.0, timeout - (time.monotonic() - started))))
+        missing = _wait_for(store, keys, deadline, poll)
         entries = {r: json.loads(store.get(keys[r])) for r in range(world_size) if r not in missing}
+        problems = _missing_ranks(missing, entries, timeout) + _differences(entries)
+        store.set(verdicts[rank], "stop" if problems else "go")
+        if not problems:
+            silent = _wait_for(store, verdicts, max(deadline, time.monotonic() + 5 * poll), poll)
+            stopped = sorted(silent + [r for r in range(world_size) if r not in silent and store.get(verdicts[r]) != b"go"])
+            problems = [f"{_who(r, entries)} stopped at this check (see its error)" for r in stopped]
     except (RuntimeError, OSError, ValueError) as exc:  # the store's host stopped (another rank failed)
         raise RankError(f"the rank check of rank {rank} ({mine['host']}) lost the process group's store "
                         f"({type(exc).__name__}: {exc}); another rank stopped: see its error", file) from None
-    problems = _missing_ranks(missing, entries, timeout) + _differences(entries)
     if problems:
         raise RankError(f"the {world_size} ranks of this job do not all run the layer the same way, so every "
                         f"patched rank stops before its first rollout:\n  " + "\n  ".join(problems) +
@@ -96,6 +99,17 @@ def check_ranks(store, rank: int, world_size: int, mine: dict, timeout: float, a
                         "node (see the README's multi-node section).", file)
     return {"world_size": world_size, "hosts": {str(r): entries[r]["host"] for r in sorted(entries)},
             "seconds": round(time.monotonic() - started, 3)}
+
+
+def _wait_for(store, keys: list, deadline: float, poll: float) -> list:
+    """The indices of ``keys`` still absent from ``store`` at ``deadline`` (store ``check`` only)."""
+    missing = list(range(len(keys)))
+    while True:
+        missing = [r for r in missing if not store.check([keys[r]])]
+        left = deadline - time.monotonic()
+        if not missing or left <= 0:
+            return missing
+        time.sleep(min(poll, left))
 
 
 def _who(rank: int, entries: dict) -> str:
