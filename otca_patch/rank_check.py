@@ -138,7 +138,15 @@ def _host_of(rank: int, entries: dict) -> str:
 
 
 def _ranks(ranks: list) -> str:
-    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks))
+    """``rank 3`` / ``ranks 1, 8-15`` (a node's ranks are consecutive)."""
+    runs: list = []
+    for r in sorted(ranks):
+        if runs and r == runs[-1][1] + 1:
+            runs[-1][1] = r
+        else:
+            runs.append([r, r])
+    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(
+        str(a) if a == b else f"{a}, {b}" if b == a + 1 else f"{a}-{b}" for a, b in runs)
 
 
 def _differences(entries: dict) -> list:

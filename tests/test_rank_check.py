@@ -65,10 +65,15 @@ def test_a_rank_that_stops_or_falls_silent_after_registering_stops_the_others(ve
 
 def test_a_whole_node_missing_is_named_with_its_ranks():
     store = dist.HashStore()
+    registered(store, 1, local_rank=1)
     with pytest.raises(RankError, match=r"ranks 2, 3 \(host unknown: no rank of its node registered\) did not "
                                         r"register within 0.2 s"):
-        registered(store, 1, local_rank=1)
         check_ranks(store, 0, 4, ENTRY, timeout=0.2)
+    store = dist.HashStore()  # 2 nodes of 8: the second node's launch skipped the wrapper
+    for rank in range(1, 8):
+        registered(store, rank, local_rank=rank, local_world_size=8)
+    with pytest.raises(RankError, match=r"\n  ranks 8-15 \(host unknown: no rank of its node registered\) did not"):
+        check_ranks(store, 0, 16, {**ENTRY, "local_world_size": 8}, timeout=0.2)
 
 
 @pytest.mark.parametrize("changes, expected", [
