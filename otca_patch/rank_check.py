@@ -180,6 +180,7 @@ class _Pending:
     timeout: float = 120.0
     file: str = ""
     result: Optional[dict] = None
+    error: Optional[RankError] = None  # raised again by every later ensure(): no collective after a failed check
 
 
 _pending = _Pending()
@@ -188,7 +189,7 @@ _pending = _Pending()
 def arm(mine: dict, timeout: float, file: str = "") -> None:
     """Owe the check for this process (``mine``: its ``entry``). It runs now if the trainer's process
     group exists already, else right after ``torch.distributed.init_process_group`` returns."""
-    _pending.entry, _pending.timeout, _pending.file, _pending.result = mine, timeout, file, None
+    _pending.entry, _pending.timeout, _pending.file, _pending.result, _pending.error = mine, timeout, file, None, None
     if dist.is_available():
         _wrap_init_process_group()
         ensure()
@@ -202,15 +203,21 @@ def result() -> Optional[dict]:
 def ensure() -> None:
     """Run the owed check if the process group exists and it has not run yet. Called after
     ``init_process_group`` and, as a guarantee, before each of the layer's own collectives."""
+    if _pending.error is not None:
+        raise _pending.error
     if _pending.entry is None or _pending.result is not None or not (dist.is_available() and dist.is_initialized()):
         return
     rank, world_size = dist.get_rank(), dist.get_world_size()
     if world_size == 1:
         _pending.result = {"world_size": 1}
         return
-    store, where = default_store()
     attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")  # a restarted job registers afresh
-    summary = check_ranks(store, rank, world_size, _pending.entry, _pending.timeout, attempt, _pending.file)
+    try:
+        store, where = default_store()
+        summary = check_ranks(store, rank, world_size, _pending.entry, _pending.timeout, attempt, _pending.file)
+    except RankError as exc:
+        _pending.error = exc
+        raise
     _pending.result = {**summary, "store": where}
     if rank == 0:
         print(f"otca-patch: all {world_size} ranks run the same layer, target, spec, upstream file and flags "

@@ -14,6 +14,7 @@ import textwrap
 import time
 
 import pytest
+import torch
 import torch.distributed as dist
 
 from otca_patch import rank_check
@@ -277,3 +278,22 @@ def test_without_the_launcher_layout_the_missing_host_is_unknown():
     store = dist.HashStore()
     with pytest.raises(RankError, match=r"rank 1 \(host unknown\) did not register"):
         check_ranks(store, 0, 2, {**ENTRY, "local_rank": None, "local_world_size": None}, timeout=0.2)
+
+
+def test_after_a_failed_check_every_later_collective_of_the_layer_refuses(monkeypatch):
+    """Should upstream catch the error and go on, the layer's gather still never runs."""
+    from otca_patch import distributed
+
+    monkeypatch.setattr(rank_check, "_pending", rank_check._Pending())
+    monkeypatch.setattr(dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(dist, "get_rank", lambda group=None: 0)
+    monkeypatch.setattr(dist, "get_world_size", lambda group=None: 2)
+    store = dist.HashStore()
+    monkeypatch.setattr(rank_check, "default_store", lambda: (store, "a test store"))
+    monkeypatch.setattr(dist, "all_gather", lambda *a, **k: pytest.fail("a collective after a failed check"))
+    rank_check._pending.entry, rank_check._pending.timeout = ENTRY, 0.2
+    with pytest.raises(RankError, match="rank 1 .* did not register"):
+        rank_check.ensure()
+    registered(store, 1)  # too late: this rank has stopped, whatever the store says now
+    with pytest.raises(RankError, match="rank 1 .* did not register"):
+        distributed.gather_rows(torch.zeros(2, 1))
