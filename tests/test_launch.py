@@ -60,15 +60,21 @@ RUNTIME = textwrap.dedent('''\
 
 @pytest.fixture()
 def synthetic(tmp_path):
+    return synthetic_upstream(tmp_path, TRAINER, RUNTIME)
+
+
+def synthetic_upstream(tmp_path: Path, trainer: str, runtime: str) -> tuple[Path, dict]:
+    """An upstream checkout holding ``trainer`` at trainer/train.py, its spec (SPEC) and ``runtime``,
+    and the environment that finds them."""
     upstream = tmp_path / "upstream"
     (upstream / "trainer").mkdir(parents=True)
-    (upstream / "trainer" / "train.py").write_text(TRAINER)
+    (upstream / "trainer" / "train.py").write_text(trainer)
     patches = tmp_path / "patches"
     patches.mkdir()
     (patches / "synthetic.toml").write_text(SPEC)
     runtime_dir = tmp_path / "runtime"
     runtime_dir.mkdir()
-    (runtime_dir / "synthetic_runtime.py").write_text(RUNTIME)
+    (runtime_dir / "synthetic_runtime.py").write_text(runtime)
     env = dict(os.environ, OTCA_PATCHES_DIR=str(patches), OTCA_PYTHON=sys.executable,
                PYTHONPATH=os.pathsep.join([str(runtime_dir), str(REPO)]), PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
     env.pop("OTCA_PATCH_ARGS", None)

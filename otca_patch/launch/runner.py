@@ -5,6 +5,7 @@ import os
 import sys
 import types
 
+from .. import rank_check
 from ..config import OtcaConfig
 from ..hooks.doctor import identity_line
 from ..hooks.rewrite import RUNTIME_NAME, compile_target
@@ -13,11 +14,13 @@ from ..hooks.spec import TargetSpec
 from ..targets.registry import target_of
 
 
-def _install_runtime(spec: TargetSpec, config: OtcaConfig, namespace: dict):
+def _install_runtime(spec: TargetSpec, config: OtcaConfig, namespace: dict, path: str):
     runtime = target_of(spec).install(config)
     if getattr(runtime, "spec", None) is None:
         runtime.spec = spec  # run-time invariants name the file and spec
     namespace[RUNTIME_NAME] = runtime
+    # every rank or none: checked once the trainer's process group exists, before any rollout
+    rank_check.arm(rank_check.entry(config, spec, path), config.otca_rank_check_timeout, spec.file)
     return runtime
 
 
@@ -42,7 +45,7 @@ def load_patched_module(path: str, spec: TargetSpec, config: OtcaConfig, module_
     module = types.ModuleType(module_name)
     module.__file__ = path
     sys.modules[module_name] = module
-    _install_runtime(spec, config, module.__dict__)
+    _install_runtime(spec, config, module.__dict__, path)
     exec(code, module.__dict__)
     return module
 
@@ -57,7 +60,7 @@ def prepare_main(script: str, argv: list[str], spec: TargetSpec, config: OtcaCon
     main = types.ModuleType("__main__")
     main.__file__ = path
     main.__builtins__ = __builtins__
-    runtime = _install_runtime(spec, config, main.__dict__)
+    runtime = _install_runtime(spec, config, main.__dict__, path)
     sys.modules["__main__"] = main
     sys.argv = [script, *argv]
     sys.path[0] = os.path.dirname(path)  # as for `python script`: the script's folder first

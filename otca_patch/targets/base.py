@@ -14,6 +14,7 @@ from typing import Optional
 
 import torch
 
+from .. import rank_check
 from ..config import OtcaConfig
 from ..credit import credit_from_progress
 from ..distributed import gather_rows, local_rows, world
@@ -120,6 +121,8 @@ class Runtime:
         }
         if self.spec is not None:  # which spec was applied to which file (a --otca_target copy included)
             record["target"] = {"spec": self.spec.name, "file": self.spec.file}
+        if self.step == 1 and rank_check.result() is not None:
+            record["rank_check"] = rank_check.result()  # the first record says every rank ran the same layer
         self.log.write(record)
         self._to_wandb(rank, record["summary"], wandb_step)
         return True

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import torch
 
+from .. import rank_check
 from ..credit import similarity_to_final, step_progress
 from ..distributed import world
 from ..invariants import TrainedStepCheck
@@ -149,6 +150,7 @@ class GrpoRuntime(Runtime):
         runtime = self
 
         def train_one_step_with_otca(*args, **kwargs):
+            rank_check.ensure()  # before the rollout, should the trainer have built its group unseen
             runtime.reset()
             result = train_one_step(*args, **kwargs)
             runtime.step_check.end_step()

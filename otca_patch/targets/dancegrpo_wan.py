@@ -36,9 +36,8 @@ module level  hook ``log_each_step``: ``train_one_step`` is wrapped to write one
 from __future__ import annotations
 
 import torch
-import torch.distributed as dist
 
-from ..distributed import world
+from ..distributed import all_reduce_sum, world
 from .dancegrpo import GrpoRuntime
 from .descriptor import Target
 from .wan22 import ExpertRouter, is_wan22_checkpoint, load_experts, save_experts
@@ -99,7 +98,7 @@ class WanRuntime(GrpoRuntime):
         if not grads:
             return
         flat = torch.cat([g.reshape(-1) for g in grads])  # one collective, not one per tensor
-        dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+        all_reduce_sum(flat)
         flat /= size
         offset = 0
         for grad in grads:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import torch
 
+from .. import rank_check
 from ..credit import similarity_to_final, step_progress
 from ..objective_set import UpstreamRewards
 from .base import Runtime
@@ -48,6 +49,7 @@ class FlowGrpoRuntime(Runtime):
     def bind(self, upstream_config, accelerator) -> None:
         """Objectives are upstream's ``reward_fn`` keys or registry models, loaded on the trainer's device
         before upstream seeds its random stream (vanilla's stream stays untouched)."""
+        rank_check.ensure()  # accelerate built the group: every rank must run the layer before any rollout
         self.bind_objectives(upstream_rewards(dict(upstream_config.reward_fn)), accelerator.device)
 
     # ---- hook: collect_images (main, sampling loop)

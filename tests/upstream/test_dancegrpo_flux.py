@@ -1,5 +1,6 @@
 """DanceGRPO's real FLUX ``train_one_step`` on the CPU, rewritten by the layer (``pytest -m upstream``)."""
 import shutil
+import socket
 
 import pytest
 import torch
@@ -97,6 +98,9 @@ def test_two_ranks_get_the_credit_one_process_would_give(dancegrpo, tmp_path):
     run = run_smoke(dancegrpo, tmp_path / "ranks", "--steps", "1", "--otca", nproc=2)
     by_rank = {r["rank"]: r for r in run.log if r["step"] == 1}
     assert sorted(by_rank) == [0, 1] and by_rank[0]["world_size"] == 2
+    host = socket.gethostname()  # the rank check passed before the rollout, and its first line says so
+    assert "all 2 ranks run the same layer" in run.completed.stderr
+    assert [by_rank[rank]["rank_check"]["hosts"] for rank in (0, 1)] == [{"0": host, "1": host}] * 2
     gathered = {key: torch.cat([torch.tensor(by_rank[rank][key]) for rank in (0, 1)])
                 for key in ("rewards", "delta_s", "group_ids")}
     assert gathered["group_ids"].tolist() == [0, 0, 0, 0, 1, 1, 1, 1]  # one prompt per rank

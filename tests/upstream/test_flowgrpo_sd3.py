@@ -114,6 +114,7 @@ def _gathered(run, step, keys=("rewards", "delta_s", "group_ids")):
 
 def test_two_processes_get_the_credit_one_process_computes_over_the_gathered_batch(runs):
     run = runs("otca_2proc", "--otca", nproc=2)
+    assert run.record(1, 1)["rank_check"]["world_size"] == 2 and "rank_check" not in run.record(2, 1)
     for step in (1, 2):
         by_rank, gathered = _gathered(run, step)
         assert [r["world_size"] for r in by_rank] == [2, 2]
