@@ -215,7 +215,8 @@ def test_a_rank_without_the_layer_stops_every_rank_within_the_timeout(dist_train
     assert_stopped_without_a_collective(done, upstream)
     assert exit_code(done.stderr, 0) == 2  # the patched rank stopped itself; the agent then ended rank 1
     assert done.stderr.count("rank 1 (host ") == 1 and "did not register within 3 s" in done.stderr
-    assert "otca-patch: error: the 2 ranks of this job do not all run the layer the same way" in done.stderr
+    # the worker's messages carry the prefix of the command the user typed (`otca-patch launch:`)
+    assert "otca-patch launch: error: the 2 ranks of this job do not all run the layer the same way" in done.stderr
     assert seconds < 120, "bounded by the check's timeout plus start-up, not by gloo's 30 minutes"
 
 
@@ -228,7 +229,7 @@ def test_different_modes_stop_both_ranks_naming_the_difference(dist_trainer):
     # each patched rank stops with the same line (unless the agent ends it first, when the other stopped)
     line = f"rank 1 (host {host}) differs from rank 0 (host {host}): --otca_mode sum (rank 0: otca)"
     assert done.stderr.count(line) >= 1, done.stderr[-3000:]
-    assert done.stderr.count("otca-patch: error:") == done.stderr.count(line)
+    assert done.stderr.count("otca-patch launch: error:") == done.stderr.count(line)
 
 
 # ---- every rank's B: the layer's gather needs the same number of rows on each rank
