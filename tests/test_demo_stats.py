@@ -26,3 +26,17 @@ def test_pareto_verdicts():
     assert pareto_verdict({"a": down, "b": flat}, "otca", "multi_grpo").startswith("`multi_grpo` Pareto-dominates")
     assert "trade-off" in pareto_verdict({"a": up, "b": down}, "otca", "multi_grpo")
     assert pareto_verdict({"a": flat, "b": flat}, "otca", "multi_grpo").startswith("Not separated")
+
+
+def test_a_certain_but_tiny_difference_is_negligible_not_pareto_dominance():
+    # the demo's palette case: -0.001 [-0.001, -0.001] with a practical threshold of 0.01
+    tiny = mean_interval([-0.001, -0.001, -0.001], threshold=0.01)
+    up = mean_interval([0.1, 0.11, 0.12], threshold=0.01)
+    assert tiny["verdict"] == "negligible" and sign_of(tiny) == 0 and sign_of(up) == 1
+    verdict = pareto_verdict({"palette": tiny, "shape": mean_interval([-0.1, 0.0, 0.1], threshold=0.01)}, "otca", "sum")
+    assert verdict.startswith("No practical difference") and "negligible" in verdict and "palette +-0.01" in verdict
+    assert pareto_verdict({"palette": tiny, "shape": up}, "otca", "sum").startswith("`otca` Pareto-dominates")
+    # thresholds given to the verdict itself (call sites whose intervals carry none)
+    bare = mean_interval([-0.001, -0.001, -0.001])
+    assert pareto_verdict({"palette": bare}, "otca", "sum").startswith("`sum` Pareto-dominates")
+    assert pareto_verdict({"palette": bare}, "otca", "sum", thresholds={"palette": 0.01}).startswith("No practical")
