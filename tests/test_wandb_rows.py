@@ -108,3 +108,29 @@ def test_commit_false_would_put_step_t_on_the_previous_row(tmp_path, monkeypatch
     monkeypatch.setenv("WANDB_MODE", "offline")
     rows = drive_upstream_loop(tmp_path, observe=True, joins="current")
     assert rows[1]["otca/reward/upstream"] == pytest.approx(float(planted_rewards(2).mean(dim=0)[0]))
+
+
+def test_an_epoch_record_joins_the_epochs_last_training_row(tmp_path, monkeypatch):
+    """FlowGRPO / DanceGRPO SD: sampling logs at step g, training logs g..g+n-1 (then global_step += 1),
+    the layer writes the epoch's record at the epoch's end ("current": the row still open)."""
+    from otca_patch.targets.monitoring import WandbRows
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    rows_writer = WandbRows()
+    run = wandb.init(project="otca-test", dir=str(tmp_path), mode="offline", settings=wandb.Settings(silent=True))
+    try:
+        global_step = 0
+        for epoch in range(3):
+            wandb.log({"reward_mean": float(epoch)}, step=global_step)
+            for _ in range(2):
+                wandb.log({"loss": 100.0 * epoch + global_step}, step=global_step)
+                global_step += 1
+            rows_writer.log({"otca/reward/upstream": float(epoch)}, "current")
+    finally:
+        run.finish()
+    [run_dir] = list((tmp_path / "wandb").glob("offline-run-*"))
+    rows = read_history(run_dir)
+    for epoch in range(3):
+        last_training_step = 2 * epoch + 1
+        assert rows[last_training_step]["otca/reward/upstream"] == float(epoch)
+        assert rows[last_training_step]["loss"] == 100.0 * epoch + last_training_step

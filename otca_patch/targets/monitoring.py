@@ -8,14 +8,14 @@ Logged (rank 0, every training step, observe mode too, so a vanilla run shows th
 ``otca/step_weight_max``, ``otca/conflict_share`` and the other scalars of the credit summary.
 
 Where upstream logs a step:
-* ``"explicit"``: the target knows upstream's step (FlowGRPO's ``global_step``): ``wandb.log(..., step=s)``.
+* ``"explicit"``: the target knows the step of upstream's row and it is still open: ``wandb.log(..., step=s)``.
 * ``"next"``: upstream logs the step *after* the layer wrote it (DanceGRPO: ``train_one_step`` returns,
   then ``wandb.log({...}, step=step)``). ``commit=False`` would join the row still open, the previous
   step's (wandb keeps a row open until a larger step arrives). The numbers wait instead, and are
   merged into upstream's next ``wandb.log`` call (the run's ``log`` is wrapped once, on rank 0).
   Were upstream not to log that step, they get a row of their own before the next step's wait.
-* ``"current"``: upstream logged the step before the layer wrote it (DanceGRPO SD's epoch):
-  ``commit=False`` joins that open row.
+* ``"current"``: upstream logged the step before the layer wrote it (DanceGRPO SD's and FlowGRPO's
+  epoch, written after the epoch's last training log): ``commit=False`` joins that open row.
 """
 from __future__ import annotations
 
