@@ -92,7 +92,8 @@ def compare(paths: list[Path], out: Path, labels: list[str] | None = None, objec
         side.runs = align_objectives(side.runs, run.objectives) if len(side.runs) > 1 else [run]
     runs = [side.merged for side in sides]
     length = min(len(r.steps) for r in runs)
-    standardiser = standardiser_from([runs[0]] + [r for side in sides for r in side.runs], 1)
+    every_run = [r for side in sides for r in side.runs]  # sigma from the runs themselves, not the seed means
+    standardiser = standardiser_from(every_run, 1, reference=runs[0])
     if cycle is None:
         cycle, cycle_how = detect_cycle(standardiser.balanced(runs[0].reward_mean))
     else:
@@ -100,7 +101,7 @@ def compare(paths: list[Path], out: Path, labels: list[str] | None = None, objec
     if window is not None and window > length:
         raise LogError(f"--window {window} is longer than the shortest run ({length} steps)")
     window = window or cycle_window(cycle, length)
-    standardiser = standardiser_from([runs[0]] + [r for side in sides for r in side.runs], window)
+    standardiser = standardiser_from(every_run, window, reference=runs[0])
     warnings = [w for run in runs for w in run.warnings]
     lengths = {run.label: int(run.steps[-1]) for run in runs}
     if len(set(lengths.values())) > 1:

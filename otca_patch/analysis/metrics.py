@@ -60,11 +60,11 @@ class Standardiser:
 MAD_TO_STD = 1.4826  # a normal distribution's std per median absolute deviation
 
 
-def standardiser_from(runs, window: int = 1) -> Standardiser:
-    """``runs``: the compared runs (or one run), the first being the reference (its first ``window``
-    steps give mu). Raises ``LogError`` when no objective has any spread."""
+def standardiser_from(runs, window: int = 1, reference: Run | None = None) -> Standardiser:
+    """``runs``: the compared runs (or one run) whose spread gives sigma; ``reference`` (default the
+    first run) gives mu over its first ``window`` steps. Raises ``LogError`` when no objective has any spread."""
     runs = [runs] if isinstance(runs, Run) else list(runs)
-    reference = runs[0]
+    reference = reference or runs[0]
     mean = reference.reward_mean[:window].mean(axis=0).astype(float)
     std, how = np.full(len(reference.objectives), np.nan), []
     for k, name in enumerate(reference.objectives):
