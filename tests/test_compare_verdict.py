@@ -111,6 +111,17 @@ def test_a_run_still_in_progress_is_compared_over_the_steps_both_logged(tmp_path
     assert "batch means over 7 block(s) of 4 steps" in report  # steps 3-30: the 28 latest common steps
 
 
+def test_the_command_prints_the_balanced_verdict(tmp_path):
+    write_side(tmp_path / "vanilla", seed=1)
+    write_side(tmp_path / "otca", shift=(0.8, 0.0), seed=2)
+    done = subprocess.run([sys.executable, "-m", "otca_patch.cli", "compare", str(tmp_path / "vanilla"),
+                           str(tmp_path / "otca"), "--out", str(tmp_path / "out")], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    [line] = [line for line in done.stdout.splitlines() if line.startswith("otca - vanilla: Balanced score: +")]
+    assert line.endswith("(95% interval, in sigmas): otca better.")
+
+
 @pytest.mark.parametrize("value", ["0", "-2", "1.5", "x"])
 def test_window_and_cycle_must_be_whole_steps(tmp_path, value):
     write_side(tmp_path / "a", steps=8)

@@ -31,7 +31,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..analysis.compare import compare
+from ..analysis.compare import compare, headlines
 from ..analysis.logs import LogError
 from ..config import parse_otca_args
 from .workdir import cwd_outputs, make_working_copy, output_dirs_of
@@ -183,6 +183,8 @@ def main(argv=None) -> int:
     except LogError as exc:
         print(f"ab_compare: error: comparing the two sides: {exc}", file=sys.stderr)
         return 2
+    for line in headlines(report):
+        print(line)
     print(f"ab_compare: report: {report}")
     return 0
 

@@ -151,6 +151,17 @@ def side_differences(reference: Side, candidate: Side, standardiser, block: int,
     return compare_sides(reference.runs, candidate.runs, series, names, limits, block)
 
 
+def headlines(report: Path) -> list[str]:
+    """The verdict on the balanced score of each compared pair, as the report states it."""
+    lines, pair = [], None
+    for line in report.read_text().splitlines():
+        if line.startswith("### "):
+            pair = line[4:]
+        elif line.startswith("Balanced score:") and pair:
+            lines.append(f"{pair}: {line.replace('**', '')}")
+    return lines
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="otca-patch compare", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -174,6 +185,8 @@ def main(argv=None) -> int:
     except LogError as exc:
         print(f"otca-patch compare: error: {exc}", file=sys.stderr)
         return 2
+    for line in headlines(report):
+        print(line)
     print(f"otca-patch compare: wrote {report} and its figures in {report.parent}")
     return 0
 
