@@ -100,7 +100,8 @@ def compare(paths: list[Path], out: Path, labels: list[str] | None = None, objec
         cycle_how = "given with --cycle"
     if window is not None and window > length:
         raise LogError(f"--window {window} is longer than the shortest run ({length} steps)")
-    window = window or cycle_window(cycle, length)
+    block = cycle_window(cycle, length)  # the differences' blocks: always whole prompt cycles
+    window = window or block
     standardiser = standardiser_from(every_run, window, reference=runs[0])
     warnings = [w for run in runs for w in run.warnings]
     lengths = {run.label: int(run.steps[-1]) for run in runs}
@@ -109,7 +110,7 @@ def compare(paths: list[Path], out: Path, labels: list[str] | None = None, objec
                         "the differences use the steps both sides logged")
 
     scores = score_runs(runs, window, standardiser)
-    differences = {side.label: side_differences(sides[0], side, standardiser, window, threshold)
+    differences = {side.label: side_differences(sides[0], side, standardiser, block, threshold)
                    for side in sides[1:]}
     out.mkdir(parents=True, exist_ok=True)
     figures: dict[str, list[str]] = {"per-objective reward": [], "balanced score": [],
@@ -132,7 +133,7 @@ def compare(paths: list[Path], out: Path, labels: list[str] | None = None, objec
             mixture_over_training(run, window, out / name)
             figures["objective mixture"].append(name)
     text = build_report(sides, scores, reach_table(scores), standardiser, window, figures, warnings,
-                        differences=differences, cycle=(cycle, cycle_how), threshold=threshold)
+                        differences=differences, cycle=(cycle, cycle_how, block), threshold=threshold)
     report = out / "report.md"
     atomic_write_text(report, text)
     for warning in warnings:

@@ -51,7 +51,7 @@ def verdict_section(sides: list[Side], differences: dict, cycle: tuple, window: 
     """The answer first: each side against the reference, per objective and balanced, with intervals."""
     reference = sides[0]
     lines = ["## Verdict", ""]
-    period, how = cycle
+    period, how, block = cycle
     for side in sides[1:]:
         diffs: list[Difference] = differences[side.label]
         balanced = diffs[-1]
@@ -73,8 +73,8 @@ def verdict_section(sides: list[Side], differences: dict, cycle: tuple, window: 
               f"A difference is **no detectable difference** when its 95% interval contains 0, **negligible** when "
               f"it excludes 0 but lies wholly within the practical threshold (+-{threshold:g} sigma of the "
               "objective; the balanced score's unit is one sigma; `--threshold` changes it), else better or worse. "
-              f"Prompt cycle: {period} step(s), {how}; blocks and windows span {window} step(s) "
-              f"({window // period if window % period == 0 else window / period:g} cycle(s)).", ""]
+              f"Prompt cycle: {period} step(s), {how}; the blocks of the within-run interval span {block} step(s) "
+              f"({block // period} cycle(s)); final scores and steps to reach use a window of {_steps(window)}.", ""]
     return lines
 
 
