@@ -16,7 +16,7 @@ COMMANDS = {
     "launch": ("otca_patch.launch.wrapper", "run an upstream launch script or command line with the layer in every process"),
     "run": ("otca_patch.launch", "run one upstream trainer script with the layer installed, in this process"),
     "ab": ("otca_patch.ab.cli", "A/B run: vanilla (observed) and OTCA sides of one launch, then compare"),
-    "rebase": ("otca_patch.tools.rebase", "try an upstream submodule on another commit; pin it when hooks and smoke hold"),
+    "rebase": ("otca_patch.tools.rebase", "try upstream commit REF per target (hooks, smoke), in a plain clone or a submodule"),
     "compare": ("otca_patch.analysis.compare", "report.md and plots from two or more run folders (A/B, ablations)"),
     "eval": ("otca_patch.evaluation.cli", "generate and score images from upstream checkpoints: the paper's Table 1"),
 }

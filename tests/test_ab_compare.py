@@ -159,3 +159,30 @@ def test_unknown_otca_flag_stops_before_any_side_runs(synthetic, tmp_path):
     done = subprocess.run(command, cwd=upstream, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "unknown flag --otca_mdoe" in done.stderr
     assert not (tmp_path / "ab").exists()
+
+
+def test_seeds_run_each_side_once_per_seed_and_the_report_counts_them(synthetic, tmp_path):
+    upstream, env = synthetic
+    trainer = upstream / "trainer" / "train.py"
+    # rewards shift with the seed, so the seeds are distinguishable runs
+    trainer.write_text(TRAINER.replace("rewards = [[0.1 * step,",
+                                       "seed = int(sys.argv[sys.argv.index('--seed') + 1])\n"
+                                       "    rewards = [[0.1 * step + 0.01 * seed,"))
+    out = tmp_path / "ab"
+    command = [str(REPO / "scripts" / "ab_compare.sh"), "--out", str(out), "--seeds", "1,2,3", "launch.sh"]
+    refused = subprocess.run(command, cwd=upstream, env=env, capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 2 and "does not read $OTCA_AB_SEED" in refused.stderr and not out.exists()
+    (upstream / "launch.sh").write_text(LAUNCH.replace("--seed 42", "--seed ${OTCA_AB_SEED:-42}"))
+    done = subprocess.run(command, cwd=upstream, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    for side in ("vanilla", "otca"):
+        for seed in (1, 2, 3):
+            first = float((out / side / f"seed{seed}" / "reward.txt").read_text().split()[0])
+            # reward.txt: the mean over two samples of the first objective (doubled by the otca side)
+            assert first == pytest.approx((2 if side == "otca" else 1) * (0.2 + 0.005 * seed)), (side, seed)
+    report = (out / "compare" / "report.md").read_text()
+    assert "| vanilla (3 runs) | otca (3 runs) |" in report and "over 3 seed pairs" in report
+    for flag in ("1", "1,1", "a,b"):
+        bad = subprocess.run(command[:4] + [flag, "launch.sh"], cwd=upstream, env=env, capture_output=True,
+                             text=True, timeout=120)
+        assert bad.returncode == 2 and "--seeds" in bad.stderr

@@ -59,8 +59,9 @@ def test_three_runs_side_by_side_and_the_smoothed_band(tmp_path):
     for name, means in (("sum", base), ("tcd", fast), ("otca", lambda t: [3 * t - 2, 6 * t - 4])):
         write_run(tmp_path / name, means, mode=name)
     report = compare([tmp_path / n for n in ("sum", "tcd", "otca")], tmp_path / "out", window=3).read_text()
-    # window 3: final = mean of the last three balanced scores; otca's balanced score is 3t-3
-    assert "| otca | 25.0000 | 50.0000 | +24.000 |" in report
+    # window 3: final = mean of the last three balanced scores; mu = sum's means over its first three
+    # steps (2, 4), sigma (1, 2): otca's balanced score is ((3t-4) + (6t-8)/2)/2 = 3t-4, 23 over t = 8..10
+    assert "| otca | 25.0000 | 50.0000 | +23.000 |" in report
     assert "| sum | - | never | never |" in report
     assert len(list((tmp_path / "out").glob("step_weights_*.png"))) == 3
 
@@ -158,8 +159,9 @@ def test_upstream_reward_txt_compares_with_a_logged_run(tmp_path):
         compare([tmp_path / "plain", tmp_path / "otca"], tmp_path / "out")
     report = compare([tmp_path / "plain", tmp_path / "otca"], tmp_path / "out", window=1,
                      objectives=("upstream",)).read_text()
-    # the reference has no per-sample spread: sigma 1, said so; the unterminated last line counts
-    assert "| upstream | 1.0000 | 1.0000 (no spread: 1) |" in report
+    # the reference has no per-sample spread: sigma comes from the run that has one, and says so
+    assert "| upstream | 1.0000 | 1.0000 | median over 10 logged steps of otca of the within-step sample std |" in report
+    # the unterminated last line counts
     assert "| plain | 0.5000 | -0.500 |" in report
     assert "(upstream reward.txt only)" in report
 

@@ -1,6 +1,7 @@
 """Seed statistics of the demo: t-intervals, interval signs and the Pareto verdict."""
 import math
 
+import numpy as np
 import pytest
 
 from otca_patch.demo.stats import mean_interval, pareto_verdict, sign_of
@@ -26,3 +27,46 @@ def test_pareto_verdicts():
     assert pareto_verdict({"a": down, "b": flat}, "otca", "multi_grpo").startswith("`multi_grpo` Pareto-dominates")
     assert "trade-off" in pareto_verdict({"a": up, "b": down}, "otca", "multi_grpo")
     assert pareto_verdict({"a": flat, "b": flat}, "otca", "multi_grpo").startswith("Not separated")
+
+
+def test_a_certain_but_tiny_difference_is_negligible_not_pareto_dominance():
+    # the demo's palette case: -0.001 [-0.001, -0.001] with a practical threshold of 0.01
+    tiny = mean_interval([-0.001, -0.001, -0.001], threshold=0.01)
+    up = mean_interval([0.1, 0.11, 0.12], threshold=0.01)
+    assert tiny["verdict"] == "negligible" and sign_of(tiny) == 0 and sign_of(up) == 1
+    verdict = pareto_verdict({"palette": tiny, "shape": mean_interval([-0.1, 0.0, 0.1], threshold=0.01)}, "otca", "sum")
+    assert verdict.startswith("No practical difference") and "negligible" in verdict and "palette +-0.01" in verdict
+    assert pareto_verdict({"palette": tiny, "shape": up}, "otca", "sum").startswith("`otca` Pareto-dominates")
+    # thresholds given to the verdict itself (call sites whose intervals carry none)
+    bare = mean_interval([-0.001, -0.001, -0.001])
+    assert pareto_verdict({"palette": bare}, "otca", "sum").startswith("`sum` Pareto-dominates")
+    assert pareto_verdict({"palette": bare}, "otca", "sum", thresholds={"palette": 0.01}).startswith("No practical")
+
+
+def test_the_demo_summary_calls_a_certain_tiny_gap_negligible_in_base_sample_stds():
+    """summarise: the practical threshold of each objective is --threshold base-model eval-sample stds,
+    in gap-closed units; a -0.001 palette gap, the same on every seed, is negligible, not dominance."""
+    from types import SimpleNamespace
+
+    from otca_patch.demo.experiment import summarise
+    from otca_patch.demo.jobs import Job
+
+    base_eval = [[0.0, 0.0, 0.0], [0.2, 0.2, 0.2], [0.4, 0.4, 0.4]]  # eval-sample std 0.1633 per objective
+    oracle_eval = [[1.2, 1.2, 1.2]] * 3  # gap 1.0 from the base mean 0.2
+
+    def output(final):
+        return {"base_eval": base_eval, "oracle_eval": oracle_eval, "seconds": 1.0,
+                "history": {"eval_rewards": [final], "drift": [0.0]}}  # the last evaluation's objective means
+
+    jobs, outputs = [], []
+    for seed in (0, 1, 2):
+        for mode, palette in (("multi_grpo", 0.5), ("otca", 0.499)):  # gap closed 0.3 vs 0.299
+            jobs.append(Job(config={}, mode=mode, seed=seed, base_path=""))
+            outputs.append(output([palette, 0.6 + 0.01 * seed, 0.6 - 0.01 * seed]))
+    config = SimpleNamespace(threshold=0.1, sampling_steps=4, shift=3.0, to_dict=lambda: {})
+    result = summarise(config, jobs, outputs, info={})
+    threshold = 0.1 * np.std([0.0, 0.2, 0.4], ddof=1) / 1.0
+    assert result["thresholds"]["palette"] == pytest.approx(threshold, rel=1e-4)
+    palette = result["comparisons"]["otca"]["palette"]
+    assert palette["mean"] == pytest.approx(-0.001, abs=1e-6) and palette["verdict"] == "negligible"
+    assert result["verdicts"]["otca"].startswith("No practical difference")

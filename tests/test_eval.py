@@ -146,3 +146,55 @@ def test_stale_temporary_files_are_removed_when_the_cache_opens(tmp_path):
     cache = EntryCache(folder, {"seed": 1})
     assert sorted(p.name for p in folder.iterdir()) == ["00000.json", "settings.json"]
     assert cache.get(0) == {"seed": 1} and cache.get(1) is None
+
+
+@pytest.fixture()
+def no_pipeline(monkeypatch):
+    """Any attempt to load the FLUX pipeline fails loudly: what is checked first must stop first."""
+    import diffusers
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the pipeline was loaded before the inputs were checked")
+
+    monkeypatch.setattr(diffusers.FluxPipeline, "from_pretrained", refuse)
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"--rewards": "clip_tt,aesthetic"}, "--rewards: unknown reward 'clip_tt'; did you mean 'clip_t'?"),
+    ({"--reward_ckpt": "clip_t=/no/such/clip.bin"}, "--reward_ckpt: /no/such/clip.bin does not exist"),
+    ({"--reward_ckpt": "hpsv2=GARBAGE"}, "hpsv2"),  # a file that is there but no checkpoint: the model load says so
+    ({"--reward_opt": "clip_t.no_such_option=1"}, "no_such_option"),
+    ({"--height": "40"}, "--height must be a positive multiple of 16"),
+    ({"--num_steps": "0"}, "--num_steps must be at least 1"),
+])
+def test_bad_input_is_refused_before_the_pipeline_loads(setup, tmp_path, capsys, no_pipeline, change, message):
+    argv = list(setup["argv"]) + ["--checkpoint", "base", "--out", str(tmp_path / "out")]
+    garbage = tmp_path / "garbage.pt"
+    garbage.write_bytes(b"not a checkpoint")
+    for flag, value in change.items():
+        value = value.replace("GARBAGE", str(garbage))
+        if flag in ("--reward_ckpt", "--reward_opt"):
+            argv += [flag, value]  # the later value of a reward wins
+        else:
+            argv[argv.index(flag) + 1] = value
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_eval_smoke_runs_end_to_end_from_the_command_line(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-m", "otca_patch.cli", "eval", "--smoke", "--out", str(tmp_path / "e")],
+                          capture_output=True, text=True, timeout=900, cwd=tmp_path,
+                          env={**__import__("os").environ, "PYTHONPATH": str(repo)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = table_rows(done.stdout)
+    assert list(rows) == ["base", "checkpoint-10-0"] and rows["base"] != rows["checkpoint-10-0"]
+    assert len(rows["base"]) == 5 and (tmp_path / "e" / "table.md").is_file()
+    refused = subprocess.run([sys.executable, "-m", "otca_patch.cli", "eval", "--smoke", "--base", "x"],
+                             capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                             env={**__import__("os").environ, "PYTHONPATH": str(repo)})
+    assert refused.returncode == 2 and "--smoke builds its own models and prompts; leave out --base" in refused.stderr

@@ -1,5 +1,6 @@
 """``otca-patch ab [--out DIR] [--private PATH] UPSTREAM_LAUNCH.sh [--otca flags]``
 ``otca-patch ab [--out DIR] --smoke UPSTREAM_DIR [--steps N] [--seed S] [--otca flags]``
+``otca-patch ab [--out DIR] --seeds 1,2,3 ...``: each side once per seed
 (``scripts/ab_compare.sh`` is an alias)
 
 Runs one launch twice, one side after the other, then ``otca-patch compare``:
@@ -16,15 +17,21 @@ writes into its working directory (./images, ./reward.txt, ./videos, ...: the ta
 lists it) and the launch script's relative --output_dir (checkpoints) are private, so the sides
 never overwrite each other and the checkout is left as it was. --private PATH adds another path a
 trainer writes. --smoke runs `otca-patch smoke` (CPU, tiny models) instead of a launch.
+
+--seeds S1,S2,...: both sides once per seed, in DIR/<side>/seed<S> (vanilla and otca of one seed
+share it); the report compares the sides over the seeds and says how many runs stand behind each
+number. With --smoke the seed is the smoke's --seed; a launch script must read it from
+$OTCA_AB_SEED (e.g. ``--seed ${OTCA_AB_SEED:-42}``), which each run of a side gets.
 """
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from ..analysis.compare import compare
+from ..analysis.compare import compare, headlines
 from ..analysis.logs import LogError
 from ..config import parse_otca_args
 from .workdir import cwd_outputs, make_working_copy, output_dirs_of
@@ -32,6 +39,7 @@ from .workdir import cwd_outputs, make_working_copy, output_dirs_of
 PROG = "otca-patch ab"
 SIDE_FLAGS = ("--otca", "--otca_observe")
 SIDES = (("vanilla", "--otca_observe"), ("otca", "--otca"))
+SEED_VARIABLE = "OTCA_AB_SEED"
 
 
 def side_argv(flags: list[str], side_flag: str) -> list[str]:
@@ -40,9 +48,9 @@ def side_argv(flags: list[str], side_flag: str) -> list[str]:
 
 
 def parse(argv: list[str]) -> dict:
-    options = {"out": None, "smoke": False, "private": []}
+    options = {"out": None, "smoke": False, "private": [], "seeds": None}
     position = 0
-    while position < len(argv) and argv[position] in ("--out", "--smoke", "--private"):
+    while position < len(argv) and argv[position] in ("--out", "--smoke", "--private", "--seeds"):
         flag = argv[position]
         if flag == "--smoke":
             options["smoke"] = True
@@ -50,24 +58,43 @@ def parse(argv: list[str]) -> dict:
             if position + 1 >= len(argv):
                 raise ValueError(f"{flag} needs a value")
             value = argv[position + 1]
-            options["private"].append(value) if flag == "--private" else options.update(out=value)
+            if flag == "--private":
+                options["private"].append(value)
+            elif flag == "--seeds":
+                options["seeds"] = parse_seeds(value)
+            else:
+                options["out"] = value
             position += 1
         position += 1
     if position >= len(argv):
         raise ValueError("give the upstream launch script (or, with --smoke, the upstream checkout)")
     options["target"] = Path(argv[position])
     options["flags"] = argv[position + 1:]
+    if options["seeds"] and options["smoke"] and "--seed" in options["flags"]:
+        raise ValueError("--seeds sets each run's --seed; leave --seed out")
     config, _ = parse_otca_args(options["flags"])  # unknown --otca_* flags stop here, before any run
     if config.otca_log_dir != type(config)().otca_log_dir:
         raise ValueError("--otca_log_dir: each side logs into its own run folder; leave it out")
     return options
 
 
-def run_side(command: list[str], cwd: Path, log: Path) -> int:
+def parse_seeds(text: str) -> list[int]:
+    """``--seeds 1,2,3``: distinct integers, at least two (one seed is the plain A/B)."""
+    try:
+        seeds = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise ValueError(f"--seeds takes comma-separated integers, e.g. 1,2,3; got {text!r}") from None
+    if len(seeds) < 2 or len(set(seeds)) != len(seeds):
+        raise ValueError(f"--seeds needs at least two distinct seeds (an interval over seeds needs two), got {text!r}")
+    return seeds
+
+
+def run_side(command: list[str], cwd: Path, log: Path, env: dict | None = None) -> int:
     """One side, its output teed to ``log`` (kept even when the side fails)."""
     print(f"{PROG}: {' '.join(command)}  (in {cwd})", flush=True)
     with open(log, "w") as handle:
-        process = subprocess.Popen(command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        process = subprocess.Popen(command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                   env=env)
         for line in process.stdout:
             sys.stdout.write(line)
             handle.write(line)
@@ -80,6 +107,13 @@ def smoke_command(upstream: Path, run_dir: Path, flags: list[str]) -> list[str]:
 
 def launch_command(launch: Path, run_dir: Path, flags: list[str]) -> list[str]:
     return [sys.executable, "-m", "otca_patch.launch.wrapper", str(launch), *flags, "--otca_log_dir", str(run_dir)]
+
+
+def side_runs(out: Path, seeds: list[int] | None) -> list[tuple[str, str, Path, int | None]]:
+    """(side, side flag, run folder, seed) of every run, seed by seed (both sides of a seed together)."""
+    if not seeds:
+        return [(name, flag, out / name, None) for name, flag in SIDES]
+    return [(name, flag, out / name / f"seed{seed}", seed) for seed in seeds for name, flag in SIDES]
 
 
 def main(argv=None) -> int:
@@ -112,19 +146,25 @@ def main(argv=None) -> int:
         except ValueError as exc:
             print(f"{PROG}: error: {exc}", file=sys.stderr)
             return 2
-        if "--seed" not in options["target"].read_text(errors="replace"):
+        script = options["target"].read_text(errors="replace")
+        if options["seeds"] and SEED_VARIABLE not in script:
+            print(f"{PROG}: error: --seeds: the launch script {target} does not read ${SEED_VARIABLE}; give its "
+                  f"trainer --seed ${{{SEED_VARIABLE}:-42}} so each run gets its seed", file=sys.stderr)
+            return 2
+        if "--seed" not in script:
             print(f"{PROG}: warning: the launch script sets no --seed; the sides will not share their noise",
                   file=sys.stderr)
-    for name, _ in SIDES:
-        if (out / name / "run_log.jsonl").exists():
-            print(f"{PROG}: error: {out / name} already holds a run; pass another --out", file=sys.stderr)
+    runs = side_runs(out, options["seeds"])
+    for name, _, run_dir, _ in runs:
+        if (run_dir / "run_log.jsonl").exists():
+            print(f"{PROG}: error: {run_dir} already holds a run; pass another --out", file=sys.stderr)
             return 2
     out.mkdir(parents=True, exist_ok=True)
-    for name, side_flag in SIDES:
-        run_dir = out / name
+    for name, side_flag, run_dir, seed in runs:
         flags = side_argv(options["flags"], side_flag)
+        env = None
         if options["smoke"]:
-            command, cwd = smoke_command(target, run_dir, flags), out
+            command, cwd = smoke_command(target, run_dir, flags + ([] if seed is None else ["--seed", str(seed)])), out
         else:
             try:
                 make_working_copy(checkout, run_dir, private)
@@ -132,16 +172,20 @@ def main(argv=None) -> int:
                 print(f"{PROG}: error: {exc}", file=sys.stderr)
                 return 2
             command, cwd = launch_command(target, run_dir, flags), run_dir
-        code = run_side(command, cwd, out / f"{name}.out")
+            env = None if seed is None else {**os.environ, SEED_VARIABLE: str(seed)}
+        output = out / (f"{name}.out" if seed is None else f"{name}-seed{seed}.out")
+        code = run_side(command, cwd, output, env)
         if code != 0:
-            print(f"{PROG}: error: the {name} side failed (exit {code}); its output is in {out / f'{name}.out'}",
-                  file=sys.stderr)
+            print(f"{PROG}: error: the {name} side{'' if seed is None else f' (seed {seed})'} failed "
+                  f"(exit {code}); its output is in {output}", file=sys.stderr)
             return code
     try:
         report = compare([out / name for name, _ in SIDES], out / "compare", labels=[name for name, _ in SIDES])
     except LogError as exc:
         print(f"{PROG}: error: comparing the two sides: {exc}", file=sys.stderr)
         return 2
+    for line in headlines(report):
+        print(line)
     print(f"{PROG}: report: {report}")
     return 0
 

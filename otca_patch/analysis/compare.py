@@ -1,8 +1,13 @@
 """``otca-patch compare RUN [RUN ...]``: report.md and PNG plots from two or more run folders.
 
 Each RUN is a folder holding the layer's run_log.jsonl (or, for a run without the layer,
-upstream's reward.txt), or one of those files. The first run is the reference of the balanced
-score. All runs must log the same objectives; --objectives compares a common subset instead.
+upstream's reward.txt), or one of those files, or a folder of such folders (several seeds of one
+side, as `otca-patch ab --seeds` writes). The first RUN is the reference: every other one is
+compared with it, per objective and on the balanced score, as a difference with a 95% interval and
+a verdict (no detectable difference / negligible / better / worse; see the report for the method).
+All runs must log the same objectives; --objectives compares a common subset instead. A run still
+in progress can be compared: its partial last line and a step not every rank has logged yet are
+left out, with a warning.
 """
 from __future__ import annotations
 
@@ -10,11 +15,28 @@ import argparse
 import sys
 from pathlib import Path
 
+import numpy as np
+
 from ..files import atomic_write_text
-from .logs import LogError, Run, load_run
-from .metrics import default_window, reach_table, score_runs, standardiser_from
+from .cycle import cycle_window, detect_cycle
+from .difference import compare_sides
+from .logs import LogError, Run
+from .metrics import reach_table, score_runs, standardiser_from
 from .plots import balanced_curves, file_safe, mixture_over_training, reward_curves, step_weight_heatmap
 from .report import build_report
+from .sides import Side, load_side
+from .verdict import DEFAULT_THRESHOLD
+
+
+def whole_steps(text: str) -> int:
+    """argparse type of --window / --cycle: a whole number of steps >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number of steps >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of steps >= 1, got {text!r}")
+    return value
 
 
 def unique_labels(paths: list[Path]) -> list[str]:
@@ -37,9 +59,25 @@ def align_objectives(runs: list[Run], wanted: tuple[str, ...] | None) -> list[Ru
     return runs
 
 
+def positive_int(name: str, value) -> int | None:
+    """``value`` as an integer >= 1 (None stays None); else ``LogError`` naming the flag."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise LogError(f"--{name} must be a whole number of steps >= 1, got {value!r}")
+    return value
+
+
 def compare(paths: list[Path], out: Path, labels: list[str] | None = None, objectives: tuple[str, ...] | None = None,
-            window: int | None = None) -> Path:
-    """Writes ``out/report.md`` and its figures; returns the report's path. Raises ``LogError``."""
+            window: int | None = None, cycle: int | None = None, threshold: float = DEFAULT_THRESHOLD) -> Path:
+    """Writes ``out/report.md`` and its figures; returns the report's path. Raises ``LogError``.
+
+    ``window``: steps of the final score and steps-to-reach (default: whole prompt cycles);
+    ``cycle``: the prompt cycle in steps (default: detected); ``threshold``: the practical
+    threshold in units of each objective's sigma (the balanced score's unit)."""
+    window, cycle = positive_int("window", window), positive_int("cycle", cycle)
+    if not (isinstance(threshold, (int, float)) and threshold >= 0):
+        raise LogError(f"--threshold must be a number >= 0 (in objective sigmas), got {threshold!r}")
     if len(paths) < 2:
         raise LogError("compare needs at least two runs")
     if labels is not None and len(labels) != len(paths):
@@ -47,17 +85,33 @@ def compare(paths: list[Path], out: Path, labels: list[str] | None = None, objec
     labels = labels or unique_labels(paths)
     if len(set(labels)) != len(labels):
         raise LogError(f"labels repeat: {labels}; pass --labels")
-    runs = align_objectives([load_run(p, label) for p, label in zip(paths, labels)], objectives)
-    window = window or default_window(min(len(r.steps) for r in runs))
-    if window < 1:
-        raise LogError(f"--window must be at least 1, got {window}")
+    sides = [load_side(p, label) for p, label in zip(paths, labels)]
+    merged = align_objectives([side.merged for side in sides], objectives)
+    for side, run in zip(sides, merged):
+        side.merged = run
+        side.runs = align_objectives(side.runs, run.objectives) if len(side.runs) > 1 else [run]
+    runs = [side.merged for side in sides]
+    length = min(len(r.steps) for r in runs)
+    every_run = [r for side in sides for r in side.runs]  # sigma from the runs themselves, not the seed means
+    standardiser = standardiser_from(every_run, 1, reference=runs[0])
+    if cycle is None:
+        cycle, cycle_how = detect_cycle(standardiser.balanced(runs[0].reward_mean))
+    else:
+        cycle_how = "given with --cycle"
+    if window is not None and window > length:
+        raise LogError(f"--window {window} is longer than the shortest run ({length} steps)")
+    block = cycle_window(cycle, length)  # the differences' blocks: always whole prompt cycles
+    window = window or block
+    standardiser = standardiser_from(every_run, window, reference=runs[0])
     warnings = [w for run in runs for w in run.warnings]
     lengths = {run.label: int(run.steps[-1]) for run in runs}
     if len(set(lengths.values())) > 1:
-        warnings.append(f"runs end at different steps ({lengths}): final scores cover different training lengths")
+        warnings.append(f"runs end at different steps ({lengths}): final scores cover different training lengths; "
+                        "the differences use the steps both sides logged")
 
-    standardiser = standardiser_from(runs[0])
     scores = score_runs(runs, window, standardiser)
+    differences = {side.label: side_differences(sides[0], side, standardiser, block, threshold)
+                   for side in sides[1:]}
     out.mkdir(parents=True, exist_ok=True)
     figures: dict[str, list[str]] = {"per-objective reward": [], "balanced score": [],
                                      "step weights": [], "objective mixture": []}
@@ -78,12 +132,35 @@ def compare(paths: list[Path], out: Path, labels: list[str] | None = None, objec
             name = f"mixture_{file_safe(run.label)}.png"
             mixture_over_training(run, window, out / name)
             figures["objective mixture"].append(name)
-    text = build_report(runs, scores, reach_table(scores), standardiser, window, figures, warnings)
+    text = build_report(sides, scores, reach_table(scores), standardiser, window, figures, warnings,
+                        differences=differences, cycle=(cycle, cycle_how, block), threshold=threshold)
     report = out / "report.md"
     atomic_write_text(report, text)
     for warning in warnings:
         print(f"otca-patch compare: warning: {warning}", file=sys.stderr)
     return report
+
+
+def side_differences(reference: Side, candidate: Side, standardiser, block: int, threshold: float) -> list:
+    """Per objective (in its own units) and for the balanced score (in sigmas): candidate - reference."""
+    names = list(reference.merged.objectives) + ["balanced"]
+    limits = [threshold * s for s in standardiser.std] + [threshold]
+
+    def series(run: Run):
+        return np.column_stack([run.reward_mean, standardiser.balanced(run.reward_mean)])
+
+    return compare_sides(reference.runs, candidate.runs, series, names, limits, block)
+
+
+def headlines(report: Path) -> list[str]:
+    """The verdict on the balanced score of each compared pair, as the report states it."""
+    lines, pair = [], None
+    for line in report.read_text().splitlines():
+        if line.startswith("### "):
+            pair = line[4:]
+        elif line.startswith("Balanced score:") and pair:
+            lines.append(f"{pair}: {line.replace('**', '')}")
+    return lines
 
 
 def main(argv=None) -> int:
@@ -93,14 +170,24 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, default=Path("compare"), help="report folder (default ./compare)")
     parser.add_argument("--labels", help="comma-separated names, one per run (default: folder names)")
     parser.add_argument("--objectives", help="comma-separated objectives to compare (default: all; runs must agree)")
-    parser.add_argument("--window", type=int, help="smoothing window in steps (default: a tenth of the shortest run, odd)")
+    parser.add_argument("--window", type=whole_steps, help="steps of the final score and steps-to-reach, and the curves' "
+                        "smoothing (default: whole prompt cycles, about the cube root of the run's length)")
+    parser.add_argument("--cycle", type=whole_steps, help="the prompt cycle in steps (default: detected from the "
+                        "reference's curve)")
+    parser.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD,
+                        help="practical threshold of a difference, in units of each objective's sigma (the balanced "
+                             f"score's unit): a difference whose 95%% interval lies within it is negligible "
+                             f"(default {DEFAULT_THRESHOLD})")
     args = parser.parse_args(argv)
     try:
         report = compare(args.runs, args.out, labels=args.labels.split(",") if args.labels else None,
-                         objectives=tuple(args.objectives.split(",")) if args.objectives else None, window=args.window)
+                         objectives=tuple(args.objectives.split(",")) if args.objectives else None, window=args.window,
+                         cycle=args.cycle, threshold=args.threshold)
     except LogError as exc:
         print(f"otca-patch compare: error: {exc}", file=sys.stderr)
         return 2
+    for line in headlines(report):
+        print(line)
     print(f"otca-patch compare: wrote {report} and its figures in {report.parent}")
     return 0
 

@@ -2,18 +2,21 @@
 
 Definitions (the report repeats them):
 
-* **smoothed mean / band** of a per-step curve: centred moving average over ``window`` steps;
-  the band is that mean +- the standard deviation of the per-step values inside the same window
-  (step-to-step spread, which needs only per-step means, so reward.txt runs get one too).
-* **balanced score** at step t: ``mean_k (m[t, k] - mu_k) / sigma_k`` where ``m[t, k]`` is
-  objective k's mean reward at step t, and ``mu_k`` / ``sigma_k`` are the mean and standard deviation
-  of objective k over the reference run's (the first run's) samples at its first logged step. Every
-  run uses the same ``mu`` / ``sigma``, so one unit is "one initial sample std of that objective" and
-  no objective outweighs another by its scale. Where the reference has no per-sample spread (a
-  reward.txt run, or a constant objective) ``sigma_k`` is 1 and the report says so.
+* **window**: a whole number of prompt cycles (``cycle.cycle_window``), so a mean over it holds every
+  prompt equally often and the prompt swing cancels; ``--window`` overrides it.
+* **smoothed mean / band** of a per-step curve (plots): centred moving average over ``window`` steps;
+  the band is that mean +- the standard deviation of the per-step values inside the same window.
+* **balanced score** at step t: ``mean_k (m[t, k] - mu_k) / sigma_k`` where ``m[t, k]`` is objective
+  k's mean reward at step t, ``mu_k`` the reference run's (the first run's) mean of m over its first
+  window, and ``sigma_k`` a robust spread of objective k: the median, over every logged step of every
+  run with per-sample rewards, of the within-step sample standard deviation (one odd step cannot move
+  it). Without per-sample rewards (reward.txt only) it is the robust spread of the per-step means
+  (1.4826 x their median absolute deviation; their std where that is 0), which the report says is a
+  spread of step means, not of samples.
+  An objective with no spread at all is left out of the balanced score, and the report says so.
 * **final score**: the mean balanced score over a run's last ``window`` steps.
-* **steps to reach**: the first step at which a run's smoothed balanced score is at least another
-  run's final score (None: never within the run).
+* **steps to reach**: the first step at which a run's trailing mean balanced score over ``window``
+  steps (whole prompt cycles, so the swing cannot fake it) is at least another run's final score.
 """
 from __future__ import annotations
 
@@ -21,13 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .logs import Run
-
-
-def default_window(length: int) -> int:
-    """About a tenth of the run, odd (so the centred window is symmetric), at least 1."""
-    window = max(1, length // 10)
-    return window if window % 2 else window + 1
+from .logs import LogError, Run
 
 
 def smooth(values: np.ndarray, window: int) -> tuple[np.ndarray, np.ndarray]:
@@ -47,20 +44,51 @@ class Standardiser:
     """The reference statistics of the balanced score."""
 
     mean: np.ndarray  # [K]
-    std: np.ndarray  # [K]
-    unit_std: tuple[str, ...]  # objectives whose std fell back to 1
+    std: np.ndarray  # [K]; NaN: the objective has no spread and is left out of the balanced score
+    how: tuple[str, ...]  # per objective: where its sigma came from
+
+    @property
+    def used(self) -> np.ndarray:
+        return np.isfinite(self.std) & (self.std > 0)
 
     def balanced(self, reward_mean: np.ndarray) -> np.ndarray:
-        """[T, K] per-step objective means -> [T] balanced score."""
-        return ((reward_mean - self.mean) / self.std).mean(axis=1)
+        """[T, K] per-step objective means -> [T] balanced score (over the objectives with a spread)."""
+        used = self.used
+        return ((reward_mean[:, used] - self.mean[used]) / self.std[used]).mean(axis=1)
 
 
-def standardiser_from(reference: Run) -> Standardiser:
-    mean = reference.reward_mean[0].astype(float)
-    std = reference.reward_std[0].astype(float).copy()
-    unit = tuple(name for name, s in zip(reference.objectives, std) if not np.isfinite(s) or s <= 0)
-    std[~np.isfinite(std) | (std <= 0)] = 1.0
-    return Standardiser(mean=mean, std=std, unit_std=unit)
+MAD_TO_STD = 1.4826  # a normal distribution's std per median absolute deviation
+
+
+def standardiser_from(runs, window: int = 1, reference: Run | None = None) -> Standardiser:
+    """``runs``: the compared runs (or one run) whose spread gives sigma; ``reference`` (default the
+    first run) gives mu over its first ``window`` steps. Raises ``LogError`` when no objective has any spread."""
+    runs = [runs] if isinstance(runs, Run) else list(runs)
+    reference = reference or runs[0]
+    mean = reference.reward_mean[:window].mean(axis=0).astype(float)
+    std, how = np.full(len(reference.objectives), np.nan), []
+    for k, name in enumerate(reference.objectives):
+        within = {run.label: run.reward_std[:, k][np.isfinite(run.reward_std[:, k])] for run in runs}
+        within = {label: v for label, v in within.items() if len(v)}
+        pooled = np.concatenate(list(within.values())) if within else np.array([])
+        if len(pooled) and np.median(pooled) > 0:
+            std[k] = float(np.median(pooled))
+            how.append(f"median over {len(pooled)} logged steps of {', '.join(within)} of the within-step sample std")
+            continue
+        means = reference.reward_mean[:, k]
+        spread = MAD_TO_STD * float(np.median(np.abs(means - np.median(means))))
+        spread = spread if spread > 0 else float(means.std())
+        if spread > 1e-12 * max(1.0, float(np.abs(means).max())):
+            std[k] = spread
+            how.append(f"no per-sample rewards: robust spread of {reference.label}'s per-step means "
+                       "(a spread of step means, smaller than a sample std)")
+        else:
+            how.append("no spread in any run: left out of the balanced score")
+    result = Standardiser(mean=mean, std=std, how=tuple(how))
+    if not result.used.any():
+        raise LogError(f"no objective varies in any run ({', '.join(reference.objectives)}): there is no scale for "
+                       "the balanced score")
+    return result
 
 
 @dataclass
@@ -68,22 +96,32 @@ class RunScores:
     label: str
     steps: np.ndarray
     balanced: np.ndarray  # [T]
-    balanced_smooth: np.ndarray  # [T]
+    balanced_smooth: np.ndarray  # [T] trailing mean over the window (NaN before it fills)
     final: float
+
+
+def trailing_mean(values: np.ndarray, window: int) -> np.ndarray:
+    """Mean of the last ``window`` values at each step; NaN before ``window`` steps exist."""
+    values = np.asarray(values, dtype=float)
+    out = np.full(len(values), np.nan)
+    for end in range(window, len(values) + 1):  # summed directly: the last value equals the final score exactly
+        out[end - 1] = values[end - window:end].mean()
+    return out
 
 
 def score_runs(runs: list[Run], window: int, standardiser: Standardiser) -> list[RunScores]:
     scores = []
     for run in runs:
         balanced = standardiser.balanced(run.reward_mean)
-        smoothed, _ = smooth(balanced, window)
-        scores.append(RunScores(run.label, run.steps, balanced, smoothed, float(balanced[-window:].mean())))
+        scores.append(RunScores(run.label, run.steps, balanced, trailing_mean(balanced, window),
+                                float(balanced[-window:].mean())))
     return scores
 
 
 def steps_to_reach(scores: RunScores, target: float) -> int | None:
-    """First step whose smoothed balanced score is >= ``target``; None if never."""
-    reached = np.nonzero(scores.balanced_smooth >= target)[0]
+    """First step whose trailing mean balanced score over the window is >= ``target``; None if never."""
+    with np.errstate(invalid="ignore"):
+        reached = np.nonzero(scores.balanced_smooth >= target)[0]
     return int(scores.steps[reached[0]]) if len(reached) else None
 
 

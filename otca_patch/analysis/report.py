@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from .difference import Difference
 from .logs import Run
 from .metrics import RunScores, Standardiser
+from .sides import Side
+from .verdict import BETTER, NEGLIGIBLE, NONE, WORSE
 
 
 def final_means(run: Run, window: int) -> np.ndarray:
@@ -30,15 +33,66 @@ def _kind(run: Run) -> str:
     return f"OTCA, mode {run.mode}"
 
 
-def build_report(runs: list[Run], scores: list[RunScores], reach: dict, standardiser: Standardiser,
-                 window: int, figures: dict[str, list[str]], warnings: list[str]) -> str:
+def _number(value: float) -> str:
+    return f"{value:+.4g}" if np.isfinite(value) else "n/a"
+
+
+def _verdict_words(diff: Difference, candidate: str, reference: str) -> str:
+    if diff.verdict == BETTER:
+        return f"**{candidate} better**"
+    if diff.verdict == WORSE:
+        return f"**{candidate} worse**"
+    if diff.verdict == NEGLIGIBLE:
+        return "negligible (real, within the threshold)"
+    return NONE
+
+
+def verdict_section(sides: list[Side], differences: dict, cycle: tuple, window: int, threshold: float) -> list[str]:
+    """The answer first: each side against the reference, per objective and balanced, with intervals."""
+    reference = sides[0]
+    lines = ["## Verdict", ""]
+    period, how, block = cycle
+    for side in sides[1:]:
+        diffs: list[Difference] = differences[side.label]
+        balanced = diffs[-1]
+        lines += [f"### {side.label} - {reference.label}", "",
+                  f"Balanced score: {_number(balanced.mean)} [{_number(balanced.low)}, {_number(balanced.high)}] "
+                  f"(95% interval, in sigmas): {_verdict_words(balanced, side.label, reference.label)}.", ""]
+        rows = []
+        for diff in diffs:
+            rows.append([diff.name, f"{diff.reference:.4g}", f"{diff.candidate:.4g}",
+                         f"{_number(diff.mean)} [{_number(diff.low)}, {_number(diff.high)}]",
+                         f"+-{diff.threshold:.3g}", _verdict_words(diff, side.label, reference.label)])
+        lines += _table(["objective", f"{reference.label} ({_runs(reference)})", f"{side.label} ({_runs(side)})",
+                         f"{side.label} - {reference.label} [95% interval]", "practical threshold", "verdict"], rows)
+        lines += ["", f"Method: {balanced.method}."]
+        notes = [f"{d.name}: {note}" for d in diffs for note in d.notes]
+        lines += [f"- {note}" for note in notes]
+        lines.append("")
+    lines += [f"Columns 2-3: each side's mean over the steps both sides logged{' (and over its runs)' if any(s.count > 1 for s in sides) else ''}. "
+              f"A difference is **no detectable difference** when its 95% interval contains 0, **negligible** when "
+              f"it excludes 0 but lies wholly within the practical threshold (+-{threshold:g} sigma of the "
+              "objective; the balanced score's unit is one sigma; `--threshold` changes it), else better or worse. "
+              f"Prompt cycle: {period} step(s), {how}; the blocks of the within-run interval span {block} step(s) "
+              f"({block // period} cycle(s)); final scores and steps to reach use a window of {_steps(window)}.", ""]
+    return lines
+
+
+def _runs(side: Side) -> str:
+    return f"{side.count} run" + ("" if side.count == 1 else "s")
+
+
+def build_report(sides: list[Side], scores: list[RunScores], reach: dict, standardiser: Standardiser,
+                 window: int, figures: dict[str, list[str]], warnings: list[str], differences: dict,
+                 cycle: tuple, threshold: float) -> str:
+    runs = [side.merged for side in sides]
     objectives = runs[0].objectives
     lines = ["# Run comparison", ""]
-    lines += _table(["run", "kind", "log", "steps", "samples / step"],
-                    [[r.label, _kind(r), f"`{r.path}`", f"{r.steps[0]}-{r.steps[-1]} ({len(r.steps)})",
-                      str(int(r.samples[0])) if r.samples[0] else "mean only"] for r in runs])
-    lines += ["", f"Objectives: {', '.join(objectives)}. Smoothing window: {_steps(window)}.", ""]
-
+    lines += _table(["run", "kind", "log", "runs (seeds)", "steps", "samples / step"],
+                    [[r.label, _kind(r), f"`{r.path}`", str(side.count), f"{r.steps[0]}-{r.steps[-1]} ({len(r.steps)})",
+                      str(int(r.samples[0])) if r.samples[0] else "mean only"] for side, r in zip(sides, runs)])
+    lines += ["", f"Objectives: {', '.join(objectives)}. Window: {_steps(window)}.", ""]
+    lines += verdict_section(sides, differences, cycle, window, threshold)
     lines += ["## Final scores", "",
               f"Mean over each run's last {_steps(window)} of the per-step mean reward (higher is better), "
               "and of the balanced score.", ""]
@@ -48,8 +102,8 @@ def build_report(runs: list[Run], scores: list[RunScores], reach: dict, standard
     lines += _table(["run", *objectives, "balanced"], rows)
 
     lines += ["", "## Steps to reach the other run's final balanced score", "",
-              "Row run's first training step whose smoothed balanced score is at least the column run's "
-              "final score; \"never\" = not within the row run's steps.", ""]
+              f"Row run's first training step whose trailing mean balanced score over {_steps(window)} (whole prompt "
+              "cycles) is at least the column run's final score; \"never\" = not within the row run's steps.", ""]
     labels = [s.label for s in scores]
     lines += _table(["run \\ target", *[f"{b} ({s.final:+.3f})" for b, s in zip(labels, scores)]],
                     [[a, *["-" if a == b else (str(reach[a, b]) if reach[a, b] is not None else "never")
@@ -57,14 +111,13 @@ def build_report(runs: list[Run], scores: list[RunScores], reach: dict, standard
 
     lines += ["", "## Balanced score", "",
               "balanced(t) = mean over objectives k of (m[t,k] - mu_k) / sigma_k, where m[t,k] is objective k's "
-              "mean reward at step t (over samples and ranks) and mu_k, sigma_k are the mean and standard "
-              f"deviation over the samples of the reference run **{runs[0].label}** at its first logged step "
-              f"(step {runs[0].steps[0]}). All runs share mu and sigma: 0 is the reference's starting point, "
-              "1 is one starting-sample std of each objective on average.", ""]
-    lines += _table(["objective", "mu", "sigma"],
-                    [[name, f"{m:.4f}", f"{s:.4f}" + (" (no spread: 1)" if name in standardiser.unit_std else "")]
-                     for name, m, s in zip(objectives, standardiser.mean, standardiser.std)])
-
+              "mean reward at step t (over samples and ranks), mu_k its mean over the first "
+              f"{_steps(window)} of the reference run **{runs[0].label}**, and sigma_k a robust spread of the "
+              "objective (below). All runs share mu and sigma: 0 is the reference's start, 1 is one sample std "
+              "of each objective on average.", ""]
+    lines += _table(["objective", "mu", "sigma", "sigma from"],
+                    [[name, f"{m:.4f}", f"{s:.4f}" if np.isfinite(s) else "-", how]
+                     for name, m, s, how in zip(objectives, standardiser.mean, standardiser.std, standardiser.how)])
     lines += ["", "## Figures", "",
               f"Curves: faint = per-step mean, bold = centred moving mean over {_steps(window)}, "
               "band = +-1 standard deviation of the per-step means inside that window.", ""]

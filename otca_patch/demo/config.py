@@ -64,6 +64,8 @@ class DemoConfig:
     eval_prompts: int = flag("fixed evaluation prompts", 32)
     eval_samples_per_prompt: int = flag("samples per evaluation prompt", 2)
     eval_seed: int = flag("seed of the evaluation prompts and noise (the same for every variant and seed)", 1234)
+    threshold: float = flag("practical threshold of a difference, in base-model evaluation-sample standard deviations "
+                            "of each objective: a difference whose 95% interval lies within it is called negligible", 0.1)
     # --- run
     threads: int = flag("torch CPU threads per process (0 = torch's default); tiny matrices gain nothing from "
                          "more, and numbers are reproducible for a fixed thread count", 1)
@@ -84,6 +86,7 @@ class DemoConfig:
         for name in positive:
             _require(name, getattr(self, name) >= 1, "must be >= 1")
         _require("corrupt_prob", 0 <= self.corrupt_prob <= 1, "must lie in [0, 1]")
+        _require("threshold", self.threshold >= 0, "must be >= 0 (0: every difference that excludes 0 counts)")
         self.seed_list()  # checks the seeds
         for name in ("layers", "single_layers", "pretrain_steps", "threads"):
             _require(name, getattr(self, name) >= 0, "must be >= 0")

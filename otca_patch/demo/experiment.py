@@ -56,7 +56,7 @@ def _run_or_resume(jobs: list, config: DemoConfig, log) -> list:
     if not config.resume:
         return run_jobs(jobs, config.workers, config)
     folder = Path(config.out) / "finished_runs"
-    ignored = ("out", "modes", "seeds", "workers", "threads", "quiet", "resume", "base_cache")
+    ignored = ("out", "modes", "seeds", "workers", "threads", "quiet", "resume", "base_cache", "threshold")
     setting = {k: v for k, v in config.to_dict().items() if k not in ignored}
 
     def path(job):
@@ -100,9 +100,12 @@ def summarise(config: DemoConfig, jobs: list, outputs: list, info: dict) -> dict
     table = {m: {c: mean_interval([value(by[m, s], c) for s in seeds]) for c in columns} for m in modes}
     reference = modes[0]
     comparisons, verdicts = {}, {}
+    # the practical threshold in gap-closed units: --threshold base-model sample stds of each objective
+    spread = (base_rewards.std(0) / (oracle_mean - base_mean).abs().clamp_min(1e-12)).tolist()
+    thresholds = {k: config.threshold * s for k, s in zip(OBJECTIVES, spread)}
     for mode in modes[1:]:
-        comparisons[mode] = {c: mean_interval([value(by[mode, s], c) - value(by[reference, s], c) for s in seeds])
-                             for c in columns}
+        comparisons[mode] = {c: mean_interval([value(by[mode, s], c) - value(by[reference, s], c) for s in seeds],
+                                              threshold=thresholds.get(c)) for c in columns}
         verdicts[mode] = pareto_verdict({k: comparisons[mode][k] for k in OBJECTIVES}, mode, reference)
     improves_all = {m: [s for s in seeds if all(by[m, s]["gap_closed"][k] > 0 for k in OBJECTIVES)] for m in modes}
     return {
@@ -120,5 +123,6 @@ def summarise(config: DemoConfig, jobs: list, outputs: list, info: dict) -> dict
         "table": table,
         "comparisons": comparisons,
         "verdicts": verdicts,
+        "thresholds": thresholds,
         "seeds_improving_every_objective": improves_all,
     }

@@ -6,6 +6,14 @@ checkpoint's transformer (DanceGRPO's checkpoint-<step>-<epoch> folders; an outp
 all of them; "base" is the base model itself), scores the images with the reward registry and prints
 the paper's Table 1 layout (rows = checkpoints, columns = metrics). Results are cached per
 checkpoint and prompt set under OUT/cache, one entry per prompt, so an interrupted run resumes.
+
+Everything is checked before the FLUX pipeline loads (minutes for the real model): the options, the
+prompts, the checkpoints, the reward names, and the reward models themselves (loaded first: a
+missing reward checkpoint or a bad --reward_opt stops the run in seconds).
+
+``otca-patch eval --smoke [--out DIR]``: the same end to end on the CPU with tiny, randomly
+initialised models written under DIR/smoke_inputs (a tiny FLUX pipeline, two DanceGRPO-layout
+checkpoints, the five image rewards' tiny checkpoints, three prompts).
 """
 from __future__ import annotations
 
@@ -37,10 +45,12 @@ def read_prompts(path: Path) -> list[str]:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="otca-patch eval", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--base", type=Path, required=True, help="base FLUX model folder (diffusers layout)")
-    parser.add_argument("--checkpoint", action="append", required=True,
-                        help="checkpoint folder, output_dir of several, or 'base' (repeatable)")
-    parser.add_argument("--prompts", type=Path, required=True, help="text file, one prompt per line")
+    parser.add_argument("--smoke", action="store_true", help="run end to end on the CPU with tiny models (no other "
+                        "input needed)")
+    parser.add_argument("--base", type=Path, help="base FLUX model folder (diffusers layout); required")
+    parser.add_argument("--checkpoint", action="append",
+                        help="checkpoint folder, output_dir of several, or 'base' (repeatable); required")
+    parser.add_argument("--prompts", type=Path, help="text file, one prompt per line; required")
     parser.add_argument("--rewards", type=_csv, default=("clip_t", "aesthetic", "hpsv2", "pickscore", "imagereward"),
                         help="comma-separated registry rewards (default: the paper's five)")
     parser.add_argument("--reward_ckpt", type=_checkpoints, action="append", default=[],
@@ -83,14 +93,11 @@ class Evaluator:
         import torch
         from diffusers import FluxPipeline, FluxTransformer2DModel
 
+        self.load_rewards()
         if self.pipe is None:
             self.pipe = FluxPipeline.from_pretrained(str(self.args.base), transformer=None, torch_dtype=self.dtype)
             self.pipe.to(self.device)
             self.pipe.set_progress_bar_config(disable=True)
-            from ..rewards import RewardSet
-
-            self.rewards = RewardSet(list(self.args.rewards), checkpoints=_merged(self.args.reward_ckpt),
-                                     options=_merged(self.args.reward_opt), device=self.device)
         self.pipe.transformer = None
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
@@ -100,6 +107,14 @@ class Evaluator:
         else:
             transformer = load_transformer(checkpoint, self.dtype)
         self.pipe.transformer = transformer.to(self.device).eval()
+
+    def load_rewards(self) -> None:
+        """The reward models (seconds), before the pipeline (minutes): their errors come first."""
+        if self.rewards is None:
+            from ..rewards import RewardSet
+
+            self.rewards = RewardSet(list(self.args.rewards), checkpoints=_merged(self.args.reward_ckpt),
+                                     options=_merged(self.args.reward_opt), device=self.device)
 
     def run_batch(self, prompts: list[str], seeds: list[int]):
         import torch
@@ -119,18 +134,52 @@ class Evaluator:
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        if args.smoke:
+            from .smoke import smoke_arguments
+
+            args = smoke_arguments(args)
         return evaluate(args)
     except ValueError as exc:
         print(f"otca-patch eval: error: {exc}", file=sys.stderr)
         return 2
 
 
+def validate(args) -> None:
+    """The options and reward names, before anything loads; ``ValueError`` naming the flag."""
+    from difflib import get_close_matches
+
+    from ..rewards import available
+
+    missing = [f"--{name}" for name in ("base", "checkpoint", "prompts") if not getattr(args, name)]
+    if missing:
+        raise ValueError(f"{', '.join(missing)} required (or --smoke for a CPU run with tiny models)")
+    for name in ("batch_size", "num_steps", "max_sequence_length"):
+        if getattr(args, name) < 1:
+            raise ValueError(f"--{name} must be at least 1, got {getattr(args, name)}")
+    for name in ("height", "width"):
+        if getattr(args, name) < 16 or getattr(args, name) % 16:
+            raise ValueError(f"--{name} must be a positive multiple of 16 (FLUX: 8x VAE, 2x2 patches), "
+                             f"got {getattr(args, name)}")
+    if not args.rewards:
+        raise ValueError("--rewards names no reward")
+    known = available()
+    for name in args.rewards:
+        if name not in known:
+            near = get_close_matches(name, known, n=1)
+            raise ValueError(f"--rewards: unknown reward {name!r}" + (f"; did you mean {near[0]!r}?" if near else "")
+                             + f" (registry: {', '.join(known)})")
+    for flag, given in (("--reward_ckpt", _merged(args.reward_ckpt)), ("--reward_opt", _merged(args.reward_opt))):
+        stray = sorted(set(given) - set(args.rewards))
+        if stray:
+            raise ValueError(f"{flag} names {', '.join(stray)}, which --rewards does not evaluate "
+                             f"({', '.join(args.rewards)})")
+
+
 def evaluate(args) -> int:
     import torch
     from tqdm import tqdm
 
-    if args.batch_size < 1:
-        raise ValueError(f"--batch_size must be at least 1, got {args.batch_size}")
+    validate(args)
     if not (args.base / "model_index.json").is_file():
         raise ValueError(f"--base {args.base}: no model_index.json (a diffusers pipeline folder expected)")
     prompts = read_prompts(args.prompts)
@@ -161,6 +210,8 @@ def evaluate(args) -> int:
           f"{len(checkpoints) * len(prompts) - missing} cached, {missing} to compute", file=sys.stderr)
 
     evaluator = Evaluator(args, dtype, device)
+    if missing:
+        evaluator.load_rewards()  # a missing reward checkpoint or a bad option stops here, before the pipeline
     with tqdm(total=missing, unit="image", desc="eval", file=sys.stderr, disable=not missing) as progress:
         for checkpoint, cache, indices in zip(checkpoints, caches, todo):
             if not indices:

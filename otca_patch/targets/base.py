@@ -20,6 +20,7 @@ from ..credit import credit_from_progress
 from ..distributed import gather_rows, local_rows, world
 from ..objective_set import Objectives, UpstreamRewards
 from ..runlog import RunLog
+from .monitoring import WandbRows, wandb_scalars
 
 
 class Runtime:
@@ -31,6 +32,9 @@ class Runtime:
     target = None
     #: the hook-point spec (set by the runner); names the file in run-time invariant errors
     spec = None
+    #: where upstream's wandb log of a step falls relative to ``write_record`` ("next": after it, as
+    #: DanceGRPO's loop; "current": before it); see ``monitoring``
+    upstream_logs_step = "current"
     #: public methods no hook point calls: the runtime calls them itself, or tests and tools do
     INTERNAL = frozenset({"describe", "reset", "bind_objectives", "credit", "choose", "credit_record",
                           "write_record", "number_groups", "observing"})
@@ -41,6 +45,7 @@ class Runtime:
         _check_target_flags(config, self.target)
         self.objectives: Optional[Objectives] = None
         self.log = RunLog(config.otca_log_dir)
+        self.wandb_rows = WandbRows()
         self.step = 0
         self.reset()
 
@@ -83,11 +88,14 @@ class Runtime:
         """
         batch, device = delta_s.shape[0], delta_s.device
         group_ids = self.number_groups(gather_rows(labels.to(device)))
-        result = credit_from_progress(gather_rows(rewards.to(device)), gather_rows(delta_s), group_ids,
-                                      self.credit_config)
+        gathered = gather_rows(rewards.to(device))
+        result = credit_from_progress(gathered, gather_rows(delta_s), group_ids, self.credit_config)
         local = {name: local_rows(value, batch) for name, value in result.tensors().items()}
         local["group_ids"] = local_rows(group_ids, batch)
-        return local, result.summary()
+        summary = result.summary()
+        summary["reward_mean_per_objective"] = gathered.double().nanmean(dim=0).tolist()  # over every rank's samples
+        summary["objective_advantage_mean"] = result.objective_advantages.mean(dim=0).tolist()
+        return local, summary
 
     def choose(self, otca: torch.Tensor, upstream: torch.Tensor) -> torch.Tensor:
         """What is trained: upstream's value in observe mode (untouched: bit-identical training),
@@ -128,16 +136,12 @@ class Runtime:
         return True
 
     def _to_wandb(self, rank: int, summary: dict, step: Optional[int]) -> None:
+        """This step's ``otca/`` numbers on upstream's wandb row of the same step (``monitoring``)."""
         wandb = sys.modules.get("wandb")
         if rank != 0 or wandb is None or getattr(wandb, "run", None) is None:
             return
-        scalars = {f"otca/{k}": v for k, v in summary.items() if isinstance(v, float)}
-        scalars.update({f"otca/mixture_{name}": value for name, value in
-                        zip(self.objectives.names, summary["mixture_mean_per_objective"])})
-        if step is None:
-            wandb.log(scalars, commit=False)  # joins upstream's own wandb.log of this step
-        else:
-            wandb.log(scalars, step=step)
+        scalars = wandb_scalars(summary, self.objectives.names)
+        self.wandb_rows.log(scalars, "explicit" if step is not None else self.upstream_logs_step, step)
 
 
 _DEFAULTS = OtcaConfig()

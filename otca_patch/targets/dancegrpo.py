@@ -27,6 +27,8 @@ class GrpoRuntime(Runtime):
     """State of the layer inside one DanceGRPO process (one rank)."""
 
     INTERNAL = Runtime.INTERNAL | {"assign_per_step", "group_ids", "progress", "rewards", "write_log", "final_state"}
+    #: DanceGRPO's loop logs ``wandb.log({...}, step=step)`` after ``train_one_step`` returns
+    upstream_logs_step = "next"
 
     def __init__(self, config):
         super().__init__(config)

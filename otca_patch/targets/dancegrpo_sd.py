@@ -36,6 +36,9 @@ from .descriptor import Target
 class SdRuntime(GrpoRuntime):
     """State of the layer inside one DanceGRPO Stable Diffusion process (one rank)."""
 
+    #: the epoch's record is written after upstream's last ``accelerator.log(info, step=global_step)``
+    upstream_logs_step = "current"
+
     def reset(self) -> None:
         super().reset()
         self.order, self.loss_sum, self.loss_count, self.grad_norm = None, 0.0, 0, None

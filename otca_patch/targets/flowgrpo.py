@@ -88,7 +88,10 @@ class FlowGrpoRuntime(Runtime):
 
     # ---- hook: log_each_epoch (main, end of the epoch)
     def end_epoch(self, epoch: int, global_step: int) -> None:
+        """The epoch's record; on wandb it joins the row still open, upstream's last training log of
+        the epoch (``wandb.log(info, step=global_step)`` before ``global_step += 1``): ``step=global_step``
+        would be the next epoch's row, and the epoch's sampling row is already closed."""
         loss = float(torch.stack(self.losses).float().mean()) if self.losses else None
-        self.write_record(wandb_step=global_step, epoch=epoch, global_step=global_step, kept=self.kept, loss=loss)
+        self.write_record(epoch=epoch, global_step=global_step, kept=self.kept, loss=loss)
         self.reset()
 

@@ -1,16 +1,22 @@
-"""``otca-patch rebase REF [LOCAL_CLONE]`` (``scripts/rebase_upstream.sh`` in a checkout of otca-patch): try an upstream submodule on another commit.
+"""``otca-patch rebase REF [LOCAL_CLONE]``: try upstream's commit REF against the layer.
 
-Fetches REF from LOCAL_CLONE (a local clone of the upstream repository) into the submodule,
-checks it out, checks every hook-point spec on it (``otca-patch doctor``) and, when all hold, runs
-the smoke command on it. Only when both pass is the new commit staged as the submodule's pinned
-commit (``git add`` of the gitlink; committing stays with you). Otherwise the pin is left alone and
-the submodule goes back to the commit it was on (--stay keeps the new one checked out, to write the
-new specs against it).
+In a plain upstream clone (a DanceGRPO or FlowGRPO checkout, where a user who pip-installed
+otca-patch works): checks REF out, checks every target's hook points on it (``otca-patch doctor``),
+runs the smoke of every target whose file differs from the one the layer was verified on (and
+whose hooks hold), checks the commit you were on out again, and reports per target, naming the
+targets that have no file at REF. Nothing is committed or pinned; local changes stop it first.
 
-The submodule is upstream/DanceGRPO, or the one whose name or URL matches LOCAL_CLONE, or --submodule.
-The smoke command is ``python -m otca_patch.smoke UPSTREAM OUT --steps 1 --otca``; --smoke CMD
-(or $OTCA_REBASE_SMOKE) replaces it, run by bash with $UPSTREAM_DIR and $SMOKE_OUT set; "skip" skips it.
-Exit status: 0 moved, 1 left alone (hooks or smoke fail), 2 usage or git error.
+In a clone of this repository (upstream/* are submodules): fetches REF from LOCAL_CLONE into the
+submodule, runs the same checks and, when every target holds, stages the new commit as the
+submodule's pinned commit (``git add`` of the gitlink; committing stays with you). Otherwise the pin
+is left alone and the submodule goes back to the commit it was on (--stay keeps the new one checked
+out, to write the new specs against it). The submodule is upstream/DanceGRPO, or the one whose name
+or URL matches LOCAL_CLONE, or --submodule.
+
+The smoke of a target is ``python -m otca_patch.smoke UPSTREAM OUT --target NAME --steps 1 --otca``;
+--smoke CMD (or $OTCA_REBASE_SMOKE) replaces it, run by bash once per target with $UPSTREAM_DIR,
+$SMOKE_OUT and $OTCA_TARGET set; "skip" skips it.
+Exit status: 0 every target at REF holds (moved, for a submodule), 1 some target fails, 2 usage or git error.
 """
 from __future__ import annotations
 
@@ -19,11 +25,10 @@ import os
 import re
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
-from ..hooks.doctor import diagnose, format_report, verdicts
 from ..hooks.spec import load_specs
+from .target_check import check_targets, format_checks, smoke_changed, upstream_specs, wrapped
 
 DEFAULT_SUBMODULE = "upstream/DanceGRPO"
 SMOKE_ENV = "OTCA_REBASE_SMOKE"
@@ -96,21 +101,24 @@ def resolve_ref(submodule: Path, ref: str, clone: Path | None) -> str:
     raise RebaseError(f"{ref} is not a commit, branch or tag of {clone or submodule}")
 
 
-def run_smoke(command: str | None, upstream: Path) -> tuple[bool | None, str]:
-    """(passed, what ran); passed is None when skipped."""
-    if command == "skip":
-        return None, "skipped (--smoke skip)"
-    with tempfile.TemporaryDirectory(prefix="otca-rebase-smoke-") as out:
-        if command is None:
-            argv = [sys.executable, "-m", "otca_patch.smoke", str(upstream), out, "--steps", "1", "--otca"]
-        else:
-            argv = ["bash", "-c", command]
-        env = dict(os.environ, UPSTREAM_DIR=str(upstream), SMOKE_OUT=out)
-        done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=3600)
-    shown = command or " ".join(argv)
-    if done.returncode != 0:
-        return False, f"{shown}: exit {done.returncode}\n{(done.stdout + done.stderr)[-3000:]}"
-    return True, shown
+def summary_lines(checks: list) -> list[str]:
+    """The hook points that still hold, by name (per target with a count when there are many)."""
+    held = [f"{c.name}:{h}" for c in checks if c.present for h in c.held]
+    if len(held) <= 12:
+        return [wrapped("still hold", held)]
+    per_target = [f"{c.name} {c.hold}" for c in checks if c.present and c.hold]
+    return [wrapped("still hold", per_target).replace(f"({len(per_target)})", f"({len(held)} hook points)", 1)]
+
+
+def check_at(checkout: Path, ref: str, specs: list, smoke: str | None) -> tuple[bool, str]:
+    """(every present target holds and smokes, the per-target report) at the current checkout."""
+    checks = check_targets(checkout, specs)
+    failures = smoke_changed(checks, checkout, smoke)
+    report = "\n".join([*summary_lines(checks), format_checks(checks, ref), *failures])
+    present = [c for c in checks if c.present]
+    if not present:
+        raise RebaseError(f"{ref} holds none of the targets' files ({', '.join(c.file for c in checks)})")
+    return all(not c.broken for c in present) and not failures, report
 
 
 def rebase(superproject: Path, ref: str, clone: Path | None, submodule_path: str | None, smoke: str | None,
@@ -126,24 +134,15 @@ def rebase(superproject: Path, ref: str, clone: Path | None, submodule_path: str
     local = git("status", "--porcelain", "--untracked-files=no", cwd=submodule)
     if local:
         print(f"rebase: note: {path} has local changes that travel with the checkout:\n{local}")
+    specs = upstream_specs(submodule, load_specs())
     git("checkout", "--quiet", "--detach", target, cwd=submodule)
     moved = False
     try:
-        rows, all_hold = diagnose(submodule, load_specs())
-        print(format_report(submodule, rows))
-        hold = [f"{r['target']}:{r['hook']}" for r in rows if r["status"] == "ok"]
-        broken = [f"{r['target']}:{r['hook']} ({r['status'][len('FAIL: '):]})" for r in rows if r["status"] != "ok"]
-        print(f"still hold ({len(hold)}): {', '.join(hold) or 'none'}")
-        print(f"need a new spec ({len(broken)}): {', '.join(broken) or 'none'}")
-        print("\n".join(verdicts(rows)))
-        if not all_hold:
-            print(f"rebase: pinned commit left at {pinned[:12]}: update the specs under patches/ for {ref}, "
-                  f"then run this again")
-            return 1
-        passed, shown = run_smoke(smoke, submodule)
-        print(f"smoke: {'passed' if passed else 'FAILED' if passed is False else ''} {shown}".replace("  ", " "))
-        if passed is False:
-            print(f"rebase: pinned commit left at {pinned[:12]}: the hook points hold but the smoke run fails")
+        fits, report = check_at(submodule, ref, specs, smoke)
+        print(report)
+        if not fits:
+            print(f"rebase: pinned commit left at {pinned[:12]}: update the specs under patches/ for {ref} "
+                  f"(or the failing smoke), then run this again")
             return 1
         git("add", "--", path, cwd=superproject)
         moved = True
@@ -154,6 +153,35 @@ def rebase(superproject: Path, ref: str, clone: Path | None, submodule_path: str
         if not moved and not stay:
             git("checkout", "--quiet", "--detach", before, cwd=submodule)
             print(f"rebase: {path} checked out at {before[:12]} again (--stay keeps {target[:12]})")
+
+
+def is_upstream_clone(repository: Path) -> bool:
+    """Whether the repository itself is an upstream checkout (holds some target's file)."""
+    return any((repository / spec.file).is_file() for spec in load_specs())
+
+
+def rebase_clone(repository: Path, ref: str, smoke: str | None, stay: bool) -> int:
+    """Plain-clone mode: check REF out, check and smoke it per target, check the old commit out again."""
+    local = git("status", "--porcelain", "--untracked-files=no", cwd=repository)
+    if local:
+        raise RebaseError(f"{repository} has local changes to tracked files; commit or stash them first "
+                          f"(nothing was changed):\n{local}")
+    branch = git("symbolic-ref", "--quiet", "--short", "HEAD", cwd=repository, check=False)
+    before = git("rev-parse", "HEAD", cwd=repository)
+    target = resolve_ref(repository, ref, None)
+    print(f"rebase: {repository}: on {branch or before[:12]} -> {ref} = {target[:12]}")
+    specs = upstream_specs(repository, load_specs())
+    git("checkout", "--quiet", "--detach", target, cwd=repository)
+    try:
+        fits, report = check_at(repository, ref, specs, smoke)
+        print(report)
+        print(f"rebase: {ref} " + ("fits: every target it has holds" if fits else
+                                   "does not fit: the targets above that fail need new specs (or a fix)"))
+        return 0 if fits else 1
+    finally:
+        if not stay:
+            git("checkout", "--quiet", branch or before, cwd=repository)
+            print(f"rebase: checked out {branch or before[:12]} again (--stay keeps {target[:12]})")
 
 
 def main(argv=None) -> int:
@@ -171,6 +199,8 @@ def main(argv=None) -> int:
         superproject = Path(git("rev-parse", "--show-toplevel", cwd=start))
         if args.clone is not None and not args.clone.is_dir():
             raise RebaseError(f"local clone {args.clone} does not exist")
+        if args.submodule is None and args.clone is None and is_upstream_clone(superproject):
+            return rebase_clone(superproject, args.ref, args.smoke, args.stay)
         return rebase(superproject, args.ref, args.clone, args.submodule, args.smoke, args.stay)
     except (RebaseError, ValueError) as exc:
         print(f"otca-patch rebase: error: {exc}", file=sys.stderr)
