@@ -169,7 +169,8 @@ class _Substitute(ast.NodeTransformer):
 class _CarryTails(ast.NodeTransformer):
     """In code that replaces upstream's, a value upstream gave no-op tails (``advantages.clone()`` in
     the replaced statement) gets the same tails where the code reads it: the layer receives a copy
-    (or a detached tensor) exactly where upstream's own statement made one."""
+    (or a detached tensor) exactly where upstream's own statement made one. A tail on a value the
+    code does not read (nor passes on as ``__match__``) changes nothing the layer computes."""
 
     def __init__(self, tails):
         self.tailed = {}
