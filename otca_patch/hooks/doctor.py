@@ -23,16 +23,23 @@ def checkout_commit(directory: Path) -> str:
         return "unknown"
 
 
-def identity_line(spec: TargetSpec, digest: str, holds: bool = True) -> str:
+def identity_line(spec: TargetSpec, digest: str, holds: bool = True, tails: dict | None = None) -> str:
     """One line on the upstream file's identity: the verified file, or a changed one whose hook
-    points, reads and pins were checked (what both ``doctor`` and a run print)."""
+    points, reads and pins were checked (what both ``doctor`` and a run print). ``tails``: per hook
+    point or pin, the no-op tails (``advantages.clone()``) its anchor matched only past."""
     commit = spec.verified_commit[:12]
     if digest == spec.verified_sha256:
-        return f"{spec.file}: identical to the file the spec was verified on (upstream commit {commit})"
-    verdict = ("its structure still matches: every hook point, name read and pin holds" if holds else
-               "and its structure no longer matches the spec")
-    return (f"{spec.file}: sha256 {digest[:16]} differs from the file the spec was verified on "
-            f"({spec.verified_sha256[:16]}, upstream commit {commit}); {verdict}")
+        line = f"{spec.file}: identical to the file the spec was verified on (upstream commit {commit})"
+    else:
+        verdict = ("its structure still matches: every hook point, name read and pin holds" if holds else
+                   "and its structure no longer matches the spec")
+        line = (f"{spec.file}: sha256 {digest[:16]} differs from the file the spec was verified on "
+                f"({spec.verified_sha256[:16]}, upstream commit {commit}); {verdict}")
+    tails = {name: found for name, found in (tails or {}).items() if found}
+    if tails:
+        line += (f"; {len(tails)} hold only past no-op .detach() / .clone() / .contiguous() calls upstream added: "
+                 + ", ".join(f"{name} ({', '.join(found)})" for name, found in tails.items()))
+    return line
 
 
 def diagnose(upstream_dir: Path, specs: list[TargetSpec]) -> tuple[list[dict], bool]:
@@ -57,7 +64,7 @@ def diagnose(upstream_dir: Path, specs: list[TargetSpec]) -> tuple[list[dict], b
         for status in statuses:
             all_hold &= status.ok
             rows.append({"target": spec.name, "file": spec.file, "hook": status.hook.name, "spec": spec,
-                         "kind": "pin" if status.hook.is_pin else "hook",
+                         "kind": "pin" if status.hook.is_pin else "hook", "tails": status.tails,
                          "function": status.hook.function, "anchor": status.hook.anchor,
                          "status": "ok" if status.ok else f"FAIL: {status.problem}",
                          "sha256": digest, "verified_sha256": spec.verified_sha256,
@@ -75,7 +82,8 @@ def format_report(upstream_dir: Path, rows: list[dict]) -> str:
         mine = [r for r in rows if r["file"] == file]
         first = mine[0]
         lines.append(f"{first['target']}: {file}")
-        lines.append("  " + identity_line(first["spec"], first["sha256"], all(r["status"] == "ok" for r in mine)))
+        lines.append("  " + identity_line(first["spec"], first["sha256"], all(r["status"] == "ok" for r in mine),
+                                          {r["hook"]: r.get("tails", ()) for r in mine}))
         width = max(len(r["hook"]) for r in mine)
         for row in mine:
             anchor = row["anchor"] if len(row["anchor"]) <= 60 else row["anchor"][:57] + "..."

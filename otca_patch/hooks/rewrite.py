@@ -22,6 +22,7 @@ class HookStatus:
     hook: Hook
     found: int
     problem: str  # "" when the hook holds
+    tails: tuple = ()  # the no-op tails (``advantages.clone()``) its matches needed, as upstream spells them
 
     @property
     def ok(self) -> bool:
@@ -44,8 +45,8 @@ def rewrite(source: str, spec: TargetSpec, filename: str) -> ast.Module:
         matches, problem = _locate(tree, hook)
         if problem:
             raise _error(spec, hook, problem)
-        for node, parent, field, index in reversed(matches):  # back to front keeps list indices valid
-            _apply(hook, node, parent, field, index)
+        for match in reversed(matches):  # back to front keeps list indices valid
+            _apply(hook, match)
     ast.fix_missing_locations(tree)
     return tree
 
@@ -61,14 +62,18 @@ def check(source: str, spec: TargetSpec, filename: str = "<upstream>") -> list[H
     statuses = []
     for pin in spec.pins:
         matches, problem = _locate(tree, pin)
-        statuses.append(HookStatus(pin, len(matches), problem))
+        statuses.append(HookStatus(pin, len(matches), problem, _tails(matches)))
     for hook in spec.hooks:
         matches, problem = _locate(tree, hook)
-        statuses.append(HookStatus(hook, len(matches), problem))
+        statuses.append(HookStatus(hook, len(matches), problem, _tails(matches)))
         if not problem:
-            for node, parent, field, index in reversed(matches):
-                _apply(hook, node, parent, field, index)
+            for match in reversed(matches):
+                _apply(hook, match)
     return statuses
+
+
+def _tails(matches: list[pattern.Match]) -> tuple:
+    return tuple(dict.fromkeys(ast.unparse(tail) for match in matches for tail in match.tails))
 
 
 def _locate(tree: ast.Module, hook: Hook):
@@ -87,12 +92,14 @@ def _locate(tree: ast.Module, hook: Hook):
         regions = pattern.find(pattern.parse_anchor(hook.within), scope)
         if not regions:
             return [], f"no code matches the enclosing pattern `within = {hook.within}`"
-        matches = [m for region in regions
-                   for m in ([region] if pattern.matches(anchor, region[0]) else []) + pattern.find(anchor, region[0])]
+        matches = []
+        for region in regions:
+            tails = pattern.skipped_tails(anchor, region.node)
+            matches += ([] if tails is None else [region._replace(tails=tuple(tails))]) + pattern.find(anchor, region.node)
     else:
         matches = pattern.find(anchor, scope)
     if hook.function == MODULE_SCOPE:  # module scope means top-level statements only
-        matches = [m for m in matches if m[1] is tree]
+        matches = [m for m in matches if m.parent is tree]
     if len(matches) != hook.count:
         found = "not found" if not matches else f"found {len(matches)} times"
         return matches, f"anchor {found}, expected exactly {hook.count}"
@@ -118,9 +125,10 @@ def _unbound_reads(tree: ast.Module, scope: ast.AST, hook: Hook) -> str:
             f"(renamed or removed?)")
 
 
-def _apply(hook: Hook, node: ast.AST, parent: ast.AST, field: str, index: int | None) -> None:
+def _apply(hook: Hook, match: pattern.Match) -> None:
+    node, parent, field, index = match.node, match.parent, match.field, match.index
     if isinstance(node, ast.expr):  # replaced in place; __match__ stands for the original
-        replacement = _Substitute(node).visit(_parse_expression(hook.code))
+        replacement = _Substitute(node).visit(_CarryTails(match.tails).visit(_parse_expression(hook.code)))
         _locate_like(replacement, node)
         if index is None:
             setattr(parent, field, replacement)
@@ -128,8 +136,9 @@ def _apply(hook: Hook, node: ast.AST, parent: ast.AST, field: str, index: int | 
             getattr(parent, field)[index] = replacement
         return
     statements = ast.parse(hook.code).body
+    carry = _CarryTails(match.tails if hook.action == "replace" else ())
     for statement in statements:
-        _Substitute(node).visit(statement)
+        _Substitute(node).visit(carry.visit(statement))
         _locate_like(statement, node)
     siblings = getattr(parent, field)
     if hook.action == "insert_after":
@@ -155,6 +164,28 @@ class _Substitute(ast.NodeTransformer):
 
     def visit_Name(self, node: ast.Name):
         return copy.deepcopy(self.matched) if node.id == _MATCH_NAME else node
+
+
+class _CarryTails(ast.NodeTransformer):
+    """In code that replaces upstream's, a value upstream gave no-op tails (``advantages.clone()`` in
+    the replaced statement) gets the same tails where the code reads it: the layer receives a copy
+    (or a detached tensor) exactly where upstream's own statement made one. A tail on a value the
+    code does not read (nor passes on as ``__match__``) changes nothing the layer computes."""
+
+    def __init__(self, tails):
+        self.tailed = {}
+        for tail in tails:
+            receiver = tail
+            while (receiver := pattern.tail_receiver(receiver)) is not None:
+                self.tailed.setdefault(ast.unparse(receiver), tail)
+
+    def visit(self, node):
+        if (self.tailed and isinstance(node, ast.expr) and not isinstance(node, ast.Constant)
+                and isinstance(getattr(node, "ctx", ast.Load()), ast.Load)):
+            tail = self.tailed.get(ast.unparse(node))
+            if tail is not None:
+                return copy.deepcopy(tail)
+        return super().visit(node) if self.tailed else node
 
 
 def _locate_like(new: ast.AST, old: ast.AST) -> None:

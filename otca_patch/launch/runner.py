@@ -8,7 +8,7 @@ import types
 from .. import rank_check
 from ..config import OtcaConfig
 from ..hooks.doctor import identity_line
-from ..hooks.rewrite import RUNTIME_NAME, compile_target
+from ..hooks.rewrite import RUNTIME_NAME, check, compile_target
 from ..hooks.source import file_sha256, read_source
 from ..hooks.spec import TargetSpec
 from ..targets.registry import target_of
@@ -27,10 +27,12 @@ def _install_runtime(spec: TargetSpec, config: OtcaConfig, namespace: dict, path
 def checked_code(path: str, spec: TargetSpec):
     """The rewritten file's code object; raises ``PatchError`` when a pin, hook point or name read
     does not hold. A file that is not the verified one gets one line saying it was checked."""
-    code = compile_target(read_source(path), spec, path)
+    source = read_source(path)
+    code = compile_target(source, spec, path)
     digest = file_sha256(path)
     if digest != spec.verified_sha256:
-        print(f"otca-patch: {identity_line(spec, digest)}", file=sys.stderr, flush=True)
+        tails = {status.hook.name: status.tails for status in check(source, spec, path)}
+        print(f"otca-patch: {identity_line(spec, digest, tails=tails)}", file=sys.stderr, flush=True)
     return code
 
 

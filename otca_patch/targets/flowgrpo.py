@@ -1,7 +1,8 @@
 """What FlowGRPO's trainers share (``scripts/train_*.py``, run by ``accelerate launch`` through absl):
 objectives bound to upstream's ``config.reward_fn`` once its config is parsed, groups by prompt text
 over all processes, TCD's progress from upstream's ``latents`` / ``next_latents`` layout, the ``[B, T]``
-advantage of this process's rows, and one run-log line per epoch.
+advantage of this process's rows, the trained-step check of the first epoch, and one run-log line
+per epoch.
 """
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import torch
 
 from .. import rank_check
 from ..credit import similarity_to_final, step_progress
+from ..invariants import TrainedStepCheck
 from ..objective_set import UpstreamRewards
 from .base import Runtime
 from .flowgrpo_groups import group_ids_from_keys, prompt_keys
@@ -36,6 +38,12 @@ class FlowGrpoRuntime(Runtime):
     """State of the layer inside one FlowGRPO process."""
 
     upstream_rewards = upstream_rewards({})
+
+    def __init__(self, config):
+        super().__init__(config)
+        # upstream's compute_log_prob(transformer, pipeline, sample, j, ...) trains sample["latents"][:, j]
+        self.step_check = TrainedStepCheck(parameters=("sample", "j"), reader="main",
+                                           trained=lambda arguments: arguments["sample"]["latents"][:, arguments["j"]])
 
     def reset(self) -> None:
         super().reset()
@@ -76,7 +84,18 @@ class FlowGrpoRuntime(Runtime):
         self.record = self.credit_record(local, summary, rewards, trained, upstream_advantages,
                                          trained_steps=torch.arange(num_train_timesteps).expand(batch, -1))
         self.images, self.prompts = [], []
+        self.step_check.store(samples)  # first epoch: each step's fingerprint, in the advantage's column order
         return trained
+
+    # ---- hooks: watch_trained_step (module level), read_step_advantage (main, training loop)
+    def watch_trained_step(self, compute_log_prob):
+        """Upstream's one-step log-prob function, watched so the first epoch can check its columns."""
+        self.step_check.spec = self.spec
+        return self.step_check.watch(compute_log_prob)
+
+    def step_advantage(self, sample: dict, column) -> torch.Tensor:
+        """``sample["advantages"][:, column]``: checked, in the first epoch, against the step trained."""
+        return self.step_check.read(sample, column, "advantages")
 
     # ---- hook: record_kept_samples (main, after the zero-advantage filter)
     def record_kept(self, mask: torch.Tensor) -> None:
@@ -93,5 +112,6 @@ class FlowGrpoRuntime(Runtime):
         would be the next epoch's row, and the epoch's sampling row is already closed."""
         loss = float(torch.stack(self.losses).float().mean()) if self.losses else None
         self.write_record(epoch=epoch, global_step=global_step, kept=self.kept, loss=loss)
+        self.step_check.end_step()
         self.reset()
 

@@ -24,6 +24,10 @@ filter  samples whose advantages are all zero are dropped (on the advantages abo
     hook ``record_kept_samples``: log the mask.
 training  for each batch, ``j = 0 .. T-1`` in order, the PPO loss reads ``sample["advantages"][:, j]``
     (so step j trains with OTCA's advantage of step j; upstream's clamp and ratio clip apply).
+    hooks ``watch_trained_step`` / ``read_step_advantage``: in the first epoch, each step's latents
+    fingerprint (stored with the advantages, so upstream's filter, shuffle and re-batching move it
+    with them) must match the latents ``compute_log_prob(..., sample, j, ...)`` just trained when
+    column j's advantage is read, or the run stops with a ``PatchError`` before its first optimizer step.
     hook ``record_loss``: the epoch's mean loss for the log.
 end of epoch  hook ``log_each_epoch`` (before ``epoch += 1``): one run-log line per epoch and process.
 """
