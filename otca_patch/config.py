@@ -51,7 +51,9 @@ class OtcaConfig:
                                   "('prediction')", "latent", choices=("latent", "prediction"),
                                  target_only=True)
     otca_log_dir: str = flag("where run_log.jsonl is written", "otca_logs")
-    otca_reward_device: str = flag("device of the registry reward models (default: the trainer's)", "")
+    otca_reward_device: str = flag("device of the registry reward models: the trainer's by default "
+                                   "(this rank's GPU, cuda:{LOCAL_RANK}); 'cuda:local' says so explicitly, "
+                                   "'cpu' or 'cuda:N' pins one device for every rank", "")
     otca_video_frames: int = flag("video targets: frames per video (evenly spaced) that image objectives of the "
                                    "registry score; a video's score is their mean", 4, target_only=True)
     otca_sync_grads: bool = flag("DanceGRPO Wan trainer (Wan2.1, Wan2.2): average gradients over ranks before clipping (upstream "

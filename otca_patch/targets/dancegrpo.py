@@ -72,14 +72,17 @@ class GrpoRuntime(Runtime):
             self.samples.append(frames_to_tensor(decoded_video))
             self.prompts.append(captions[0])
 
-    def rewards(self, upstream) -> torch.Tensor:
-        """``[B, K]`` rewards of every rollout (all decoded samples, in rollout order)."""
-        return self.objectives.matrix(upstream, self.samples or None, self.prompts, self.config.otca_video_frames)
+    def rewards(self, upstream, device) -> torch.Tensor:
+        """``[B, K]`` rewards of every rollout (all decoded samples, in rollout order), on ``device``
+        (the trainer's: registry models are placed there first)."""
+        self.place_objectives(device)
+        return self.objectives.matrix(upstream, self.samples or None, self.prompts,
+                                      self.config.otca_video_frames).to(device)
 
     # ---- hook: per_step_advantages (train_one_step)
     def assign_advantages(self, samples: dict, all_latents: torch.Tensor, upstream_advantages: torch.Tensor, args):
         """Returns the value upstream stores in ``samples["advantages"]`` and sets ``samples["otca_advantages"]``."""
-        rewards = self.rewards(samples.get("rewards")).to(all_latents.device)
+        rewards = self.rewards(samples.get("rewards"), all_latents.device)
         return self.assign_per_step(samples, all_latents, rewards, upstream_advantages, args)
 
     def assign_per_step(self, samples: dict, all_latents: torch.Tensor, rewards: torch.Tensor,

@@ -87,7 +87,7 @@ class HunyuanRuntime(GrpoRuntime):
         text_alignment = torch.tensor(self.text_alignment, dtype=torch.float32)
         if torch.isnan(text_alignment).any() and "upstream.ta" in self.objectives.names:
             raise ValueError("otca-patch: VideoAlign's reward() returned no 'TA' score for some videos")
-        rewards = self.rewards({**self.rollout_rewards, "ta": text_alignment}).to(all_latents.device)
+        rewards = self.rewards({**self.rollout_rewards, "ta": text_alignment}, all_latents.device)
         by_objective = torch.stack([samples["vq_advantages"], samples["mq_advantages"]], dim=1)
         combined = args.vq_coef * by_objective[:, 0] + args.mq_coef * by_objective[:, 1]
         self.assign_per_step(samples, all_latents, rewards, combined, args, rows=rows, kept_rows=rows,

@@ -62,6 +62,7 @@ class FlowGrpoRuntime(Runtime):
         """The value upstream stores in ``samples["advantages"]``: this process's ``[B, T]`` rows."""
         upstream_advantages = samples["advantages"]
         batch, device = upstream_advantages.shape[0], upstream_advantages.device
+        self.place_objectives(device)
         rewards = self.objectives.matrix(samples["rewards"], self.images or None, self.prompts).to(device)
         if upstream_config.per_prompt_stat_tracking:  # upstream's groups: the decoded prompt text
             labels = prompt_keys(tokenizer.batch_decode(samples["prompt_ids"], skip_special_tokens=True), device)
