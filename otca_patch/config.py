@@ -10,6 +10,7 @@ from typing import Optional, Sequence
 from . import flags
 from .credit import MODES, CreditConfig
 from .flags import flag
+from .objective_set import WEIGHTS_RULE
 
 #: The environment variable through which `scripts/otca_run.sh` hands the flags to every process
 #: that a launcher (torchrun, accelerate) starts: upstream shell scripts pass fixed arguments.
@@ -31,8 +32,9 @@ class OtcaConfig:
     otca_reward_opt: dict = flag("NAME.KEY=VALUE option of a registry reward, e.g. clip_t.model_name=ViT-B-32 "
                                  "(repeatable or comma-separated)", default_factory=dict,
                                  parse=flags.name_options, format=flags.format_name_options)
-    otca_objective_weights: Optional[tuple[float, ...]] = flag("s_k per objective, comma-separated (default: all 1)",
-                                                               None)
+    otca_objective_weights: Optional[tuple[float, ...]] = flag("s_k per objective column, comma-separated, in the "
+                                                               "order of the expanded names (upstream.vq, "
+                                                               "videoalign.mq, ...; default: all 1)", None)
     otca_w_min: float = flag("smallest TCD step weight, in [0, 1]", 0.5)
     otca_eps: float = flag("TCD / exploration smoothing", 1e-6)
     otca_adv_eps: float = flag("added to the group std (DanceGRPO's 1e-8)", 1e-8)
@@ -74,9 +76,12 @@ class OtcaConfig:
             raise ValueError(f"--otca_rewards: objectives repeat: {','.join(self.otca_rewards)}")
         if self.otca_objective_weights is not None:
             self.otca_objective_weights = tuple(float(w) for w in self.otca_objective_weights)
-            if len(self.otca_objective_weights) != len(self.otca_rewards):
+            # weights address the columns once names expand (objective_set.Objectives checks the
+            # exact count); a name never expands to fewer than one column, so fewer is always wrong
+            if len(self.otca_objective_weights) < len(self.otca_rewards):
                 raise ValueError(f"--otca_objective_weights: {len(self.otca_objective_weights)} weights for "
-                                 f"{len(self.otca_rewards)} objectives ({','.join(self.otca_rewards)})")
+                                 f"{len(self.otca_rewards)} objectives ({','.join(self.otca_rewards)}); "
+                                 f"{WEIGHTS_RULE}")
         if self.otca and self.otca_observe:
             raise ValueError("--otca and --otca_observe exclude each other: observe trains vanilla")
         if self.otca_sync_grads and not self.active:
