@@ -11,6 +11,7 @@ from . import flags
 from .credit import MODES, CreditConfig
 from .flags import flag
 from .suggest import did_you_mean
+from .objective_set import WEIGHTS_RULE
 
 #: The environment variable through which `scripts/otca_run.sh` hands the flags to every process
 #: that a launcher (torchrun, accelerate) starts: upstream shell scripts pass fixed arguments.
@@ -32,8 +33,9 @@ class OtcaConfig:
     otca_reward_opt: dict = flag("NAME.KEY=VALUE option of a registry reward, e.g. clip_t.model_name=ViT-B-32 "
                                  "(repeatable or comma-separated)", default_factory=dict,
                                  parse=flags.name_options, format=flags.format_name_options)
-    otca_objective_weights: Optional[tuple[float, ...]] = flag("s_k per objective, comma-separated (default: all 1)",
-                                                               None)
+    otca_objective_weights: Optional[tuple[float, ...]] = flag("s_k per objective column, comma-separated, in the "
+                                                               "order of the expanded names (upstream.vq, "
+                                                               "videoalign.mq, ...; default: all 1)", None)
     otca_w_min: float = flag("smallest TCD step weight, in [0, 1]", 0.5)
     otca_eps: float = flag("TCD / exploration smoothing", 1e-6)
     otca_adv_eps: float = flag("added to the group std (DanceGRPO's 1e-8)", 1e-8)
@@ -55,7 +57,9 @@ class OtcaConfig:
                              "(repeatable; NAME as `otca-patch doctor` lists it)", default_factory=dict,
                              parse=flags.spec_targets, format=flags.format_spec_targets)
     otca_log_dir: str = flag("where run_log.jsonl is written", "otca_logs")
-    otca_reward_device: str = flag("device of the registry reward models (default: the trainer's)", "")
+    otca_reward_device: str = flag("device of the registry reward models: the trainer's by default "
+                                   "(this rank's GPU, cuda:{LOCAL_RANK}); 'cuda:local' says so explicitly, "
+                                   "'cpu' or 'cuda:N' pins one device for every rank", "")
     otca_video_frames: int = flag("video targets: frames per video (evenly spaced) that image objectives of the "
                                    "registry score; a video's score is their mean", 4, target_only=True)
     otca_sync_grads: bool = flag("DanceGRPO Wan trainer (Wan2.1, Wan2.2): average gradients over ranks before clipping (upstream "
@@ -79,9 +83,12 @@ class OtcaConfig:
             raise ValueError(f"--otca_rewards: objectives repeat: {','.join(self.otca_rewards)}")
         if self.otca_objective_weights is not None:
             self.otca_objective_weights = tuple(float(w) for w in self.otca_objective_weights)
-            if len(self.otca_objective_weights) != len(self.otca_rewards):
+            # weights address the columns once names expand (objective_set.Objectives checks the
+            # exact count); a name never expands to fewer than one column, so fewer is always wrong
+            if len(self.otca_objective_weights) < len(self.otca_rewards):
                 raise ValueError(f"--otca_objective_weights: {len(self.otca_objective_weights)} weights for "
-                                 f"{len(self.otca_rewards)} objectives ({','.join(self.otca_rewards)})")
+                                 f"{len(self.otca_rewards)} objectives ({','.join(self.otca_rewards)}); "
+                                 f"{WEIGHTS_RULE}")
         if self.otca and self.otca_observe:
             raise ValueError("--otca and --otca_observe exclude each other: observe trains vanilla")
         if self.otca_sync_grads and not self.active:

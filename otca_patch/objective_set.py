@@ -15,6 +15,10 @@ import torch
 
 #: The objective name for the reward that the upstream trainer computes itself (never recomputed).
 UPSTREAM = "upstream"
+#: how --otca_objective_weights addresses objectives (said in every message about their count)
+WEIGHTS_RULE = ("give one weight per objective column, in the order the run lists them, after names expand "
+                "(e.g. HunyuanVideo's upstream = upstream.vq,upstream.mq,upstream.ta; videoalign = "
+                "videoalign.vq,videoalign.mq,videoalign.ta)")
 
 
 class UpstreamRewards:
@@ -72,9 +76,12 @@ class Objectives:
                  device, weights: Optional[Sequence[float]] = None):
         self.upstream = upstream
         entries = []  # (objective name, upstream key) for upstream's; (model name, REGISTRY) otherwise
+        #: each name given -> the columns it stands for (``upstream`` -> upstream.vq, ...; ``videoalign`` -> ...)
+        self.columns_of = {}
         for name in names:
             resolved = upstream.resolve(name)
             entries += list(resolved.items()) if resolved is not None else [(name, _REGISTRY)]
+            self.columns_of[name] = list(resolved) if resolved is not None else None  # registry: once loaded
         self.keys = {name: key for name, key in entries if key is not _REGISTRY}
         registry = [name for name, key in entries if key is _REGISTRY]
         unknown = (set(checkpoints) | set(options)) - set(registry)
@@ -82,18 +89,19 @@ class Objectives:
             raise ValueError(f"--otca_reward_ckpt/--otca_reward_opt name rewards that are not registry objectives: "
                              f"{', '.join(sorted(unknown))} (objectives: {', '.join(names)})")
         self.reward_set = None
-        expanded: dict = {}
         if registry:
             from .rewards import RewardSet
 
             self.reward_set = RewardSet(registry, checkpoints=dict(checkpoints), device=device, options=dict(options))
-            expanded = {model: list(m.outputs) for model, m in zip(registry, self.reward_set.models)}
-        self.names = tuple(column for name, key in entries
-                           for column in (expanded[name] if key is _REGISTRY else [name]))
+            self.columns_of.update({model: list(m.outputs) for model, m in zip(registry, self.reward_set.models)})
+        self.names = tuple(column for name in names for column in self.columns_of[name])
         if len(set(self.names)) != len(self.names):
             raise ValueError(f"--otca_rewards: objectives repeat once expanded: {', '.join(self.names)}")
         if weights is not None and len(weights) != len(self.names):
-            raise ValueError(f"--otca_objective_weights: {len(weights)} weights for objectives {', '.join(self.names)}")
+            expansions = [f"{name} = {','.join(columns)}" for name, columns in self.columns_of.items() if len(columns) > 1]
+            said = f" ({'; '.join(expansions)})" if expansions else ""
+            raise ValueError(f"--otca_objective_weights: {len(weights)} weights for {len(self.names)} objective columns "
+                             f"{','.join(self.names)}{said}; {WEIGHTS_RULE}")
 
     @property
     def needs_images(self) -> bool:

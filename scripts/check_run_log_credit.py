@@ -33,14 +33,17 @@ def check(run_dir: Path, processes: int) -> list[str]:
         if [r["rank"] for r in by_rank] != list(range(processes)):
             problems.append(f"step {step}: ranks {[r['rank'] for r in by_rank]}, expected 0..{processes - 1}")
             continue
-        gathered = {key: torch.cat([torch.tensor(r[key]) for r in by_rank])
+        # best-of-n (HunyuanVideo): the credit is over every rollout, then each rank takes its kept rows
+        prefix = "rollout_" if "rollout_rewards" in by_rank[0] else ""
+        gathered = {key: torch.cat([torch.tensor(r[prefix + key]) for r in by_rank])
                     for key in ("rewards", "delta_s", "group_ids")}
         credit = credit_from_progress(gathered["rewards"], gathered["delta_s"], gathered["group_ids"],
                                       CreditConfig(**by_rank[0]["config"]))
         start = 0
         for record in by_rank:
-            rows = slice(start, start + len(record["rewards"]))
-            start = rows.stop
+            count = len(record[prefix + "rewards"])
+            rows = (start + torch.tensor(record["kept_rows"])) if prefix else slice(start, start + count)
+            start += count
             logged = torch.tensor(record["advantages"], dtype=credit.advantages.dtype)
             expected = credit.advantages[rows, :logged.shape[1]]
             if not torch.allclose(logged, expected, atol=1e-5):

@@ -67,7 +67,7 @@ def test_upstream_columns_expand_and_are_read_by_key():
         Objectives(["upstream.xx"], columns, {}, {}, "cpu")
     with pytest.raises(ValueError, match="repeat once expanded"):
         Objectives(["upstream", "upstream.vq"], columns, {}, {}, "cpu")
-    with pytest.raises(ValueError, match="2 weights for objectives upstream.vq, upstream.mq, upstream.ta"):
+    with pytest.raises(ValueError, match="2 weights for 3 objective columns upstream.vq,upstream.mq,upstream.ta"):
         Objectives(["upstream"], columns, {}, {}, "cpu", weights=(1.0, 2.0))
     with pytest.raises(ValueError, match="not registry objectives: clip_t"):
         Objectives(["upstream"], columns, {"clip_t": "/x"}, {}, "cpu")

@@ -42,6 +42,15 @@ class RewardModel(abc.ABC):
         self.device = torch.device(device)
         self.dtype = dtype
 
+    def to(self, device: Union[str, torch.device]) -> "RewardModel":
+        """Move the model's weights (every ``nn.Module`` it holds) to ``device``; inputs follow ``self.device``."""
+        device = torch.device(device)
+        for value in vars(self).values():
+            if isinstance(value, torch.nn.Module):
+                value.to(device)
+        self.device = device
+        return self
+
     @property
     def outputs(self) -> Tuple[str, ...]:
         """Column names, ``(name,)`` for single-objective models."""

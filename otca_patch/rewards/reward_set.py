@@ -48,6 +48,13 @@ class RewardSet:
         if len(set(self.names)) != len(self.names):
             raise ValueError(f"duplicate reward columns: {self.names}")
 
+    def to(self, device: Union[str, torch.device]) -> "RewardSet":
+        """Move every model (and where scores are returned) to ``device``."""
+        self.device = torch.device(device)
+        for model in self.models:
+            model.to(self.device)
+        return self
+
     def __len__(self) -> int:
         return len(self.names)
 

@@ -132,6 +132,13 @@ class VideoAlignReward(RewardModel):
                 raise SPEC.error(self.checkpoint, f"VideoAlign failed to load ({type(exc).__name__}: "
                                                   f"{' '.join(str(exc).split())[:300]})") from exc
 
+    def to(self, device: Union[str, torch.device]) -> "VideoAlignReward":
+        """Upstream's inferencer keeps its model and the device its inputs go to."""
+        self.device = torch.device(device)
+        self.inferencer.model.to(self.device)
+        self.inferencer.device = str(self.device)
+        return self
+
     def _rewards(self, videos: torch.Tensor, prompts: List[str]) -> torch.Tensor:
         with tempfile.TemporaryDirectory(prefix="otca_videoalign_") as tmp:
             paths = write_videos(videos, Path(tmp), self.fps)

@@ -8,7 +8,9 @@ dancegrpo-wan22 needs --otca or --otca_observe).
 Without --otca the upstream file runs unpatched; with --otca alone the objectives are upstream's
 reward and a tiny CLIP-T from the reward registry. Upstream's own outputs (images/, reward.txt),
 the run log and smoke.json ({"otca": bool, "steps": [{"loss": x, "grad_norm": y}, ...]}) land in
-OUT_DIR. Works under ``torchrun --nproc_per_node 2`` too (a gloo world on the CPU).
+OUT_DIR. Works under ``torchrun --nproc_per_node 2`` too (a gloo world on the CPU). With
+``OTCA_SMOKE_DEVICE=cuda`` each rank runs on its GPU, ``cuda:{LOCAL_RANK}``, in an NCCL world
+(scripts/gpu_check.sh).
 """
 from __future__ import annotations
 

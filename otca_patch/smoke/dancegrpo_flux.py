@@ -14,8 +14,9 @@ from pathlib import Path
 import torch
 
 from ..config import OtcaConfig
-from .harness import (call_by_signature, enter_run_folder, finish, fsdp_wrap, load_upstream,
-                      optimizer_and_schedule, report_step)
+from .environment import smoke_device
+from .harness import (call_by_signature, device_loader, enter_run_folder, finish, fsdp_wrap, load_upstream,
+                      on_device, optimizer_and_schedule, report_step)
 
 UPSTREAM_FILE = "fastvideo/train_grpo_flux.py"
 PROMPTS = ("a red circle on a white background", "a blue square in the snow", "a green triangle at night",
@@ -110,20 +111,21 @@ def run(upstream_dir: Path, out_dir: Path, config: OtcaConfig, sizes: Sizes, rew
     recorder = probe(module, log_prob_index=2) if probe else None  # all_log_probs: result[2]
 
     torch.manual_seed(sizes.seed)  # the same weights for every rank and every mode
-    transformer = tiny_transformer()
-    vae = tiny_vae().eval()
+    transformer = on_device(tiny_transformer())
+    vae = on_device(tiny_vae().eval())
     reward_model, tokenizer, preprocess_val = upstream_hps_reward(hps_checkpoint, tiny.TINY_HPS_ARCH)
+    reward_model = on_device(reward_model)
     transformer = fsdp_wrap(transformer)
     transformer.train()
     optimizer, lr_scheduler = optimizer_and_schedule(transformer, sizes.learning_rate)
     args = upstream_args(sizes)
-    loader = prompt_loader(rank, sizes.seed)
+    loader = device_loader(prompt_loader(rank, sizes.seed))
     torch.manual_seed(sizes.seed * 1000 + rank)  # rollout noise and step order: per rank, as upstream seeds
 
     steps = []
     for step in range(1, sizes.steps + 1):
         loss, grad_norm = call_by_signature(module.train_one_step, dict(
-            args=args, device=torch.device("cpu"), transformer=transformer, vae=vae, reward_model=reward_model,
+            args=args, device=smoke_device(), transformer=transformer, vae=vae, reward_model=reward_model,
             tokenizer=tokenizer, optimizer=optimizer, lr_scheduler=lr_scheduler, loader=loader, noise_scheduler=None,
             max_grad_norm=1.0, preprocess_val=preprocess_val, ema_handler=None))
         steps.append(report_step(rank, step, loss, grad_norm))

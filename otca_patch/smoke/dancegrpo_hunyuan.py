@@ -23,8 +23,10 @@ import torch
 from torch.nn import functional as F
 
 from ..config import OtcaConfig
-from .harness import (call_by_signature, cast_inputs_to_weights, enter_run_folder, finish, fsdp_wrap,
-                      load_upstream, optimizer_and_schedule, report_step)
+from .environment import smoke_device
+from .harness import (call_by_signature, cast_inputs_to_weights, device_loader, enter_run_folder,
+                      finish, fsdp_wrap, load_upstream, on_device, optimizer_and_schedule,
+                      report_step)
 
 UPSTREAM_FILE = "fastvideo/train_grpo_hunyuan.py"
 PROMPTS = ("a red ball rolling on grass", "a blue car driving in the snow", "a green kite in the wind",
@@ -143,20 +145,20 @@ def run(upstream_dir: Path, out_dir: Path, config: OtcaConfig, sizes: Sizes, rew
     recorder = probe(module, log_prob_index=5) if probe else None  # all_log_probs: result[5]
 
     torch.manual_seed(sizes.seed)  # the same weights for every rank and every mode
-    transformer = tiny_transformer()
+    transformer = on_device(tiny_transformer())
     cast_inputs_to_weights(transformer)
-    vae = tiny_vae().eval()
+    vae = on_device(tiny_vae().eval())
     transformer = fsdp_wrap(transformer)
     transformer.train()
     optimizer, lr_scheduler = optimizer_and_schedule(transformer, sizes.learning_rate)
     args = upstream_args(sizes)
-    loader = prompt_loader(rank, sizes.seed)
+    loader = device_loader(prompt_loader(rank, sizes.seed))
     torch.manual_seed(sizes.seed * 1000 + rank)  # rollout noise, selection and step order: per rank
 
     steps = []
     for step in range(1, sizes.steps + 1):
         loss, grad_norm = call_by_signature(module.train_one_step, dict(
-            args=args, device=torch.device("cpu"), transformer=transformer, vae=vae, inferencer=StubVideoAlign(),
+            args=args, device=smoke_device(), transformer=transformer, vae=vae, inferencer=StubVideoAlign(),
             optimizer=optimizer, lr_scheduler=lr_scheduler, loader=loader, max_grad_norm=1.0, step=step))
         steps.append(report_step(rank, step, loss, grad_norm))
     return finish(out_dir, config, rank, world_size, steps, recorder)

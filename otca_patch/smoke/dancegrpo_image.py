@@ -10,7 +10,9 @@ from typing import Callable
 import torch
 
 from ..config import OtcaConfig
-from .harness import call_by_signature, enter_run_folder, finish, load_upstream, optimizer_and_schedule, report_step
+from .environment import smoke_device
+from .harness import (call_by_signature, enter_run_folder, finish, inputs_on_device, load_upstream,
+                      on_device, optimizer_and_schedule, report_step)
 
 
 def run_image_trainer(upstream_dir: Path, out_dir: Path, config: OtcaConfig, reward_root: Path, probe,
@@ -29,13 +31,14 @@ def run_image_trainer(upstream_dir: Path, out_dir: Path, config: OtcaConfig, rew
 
     torch.manual_seed(sizes.seed)  # the same weights for every rank and every mode
     transformer = build_transformer()
-    vae = build_vae().eval()
+    vae = on_device(build_vae().eval())
     from .dancegrpo_flux import upstream_hps_reward
 
     reward_model, tokenizer, preprocess_val = upstream_hps_reward(hps_checkpoint, tiny.TINY_HPS_ARCH)
+    reward_model = on_device(reward_model)
     transformer.train()
     optimizer, lr_scheduler = optimizer_and_schedule(transformer, sizes.learning_rate)
-    common = {"args": args, "device": torch.device("cpu"), "transformer": transformer, "vae": vae,
+    common = {"args": args, "device": smoke_device(), "transformer": transformer, "vae": vae,
               "reward_model": reward_model, "tokenizer": tokenizer, "optimizer": optimizer,
               "lr_scheduler": lr_scheduler, "noise_scheduler": None, "max_grad_norm": 1.0,
               "preprocess_val": preprocess_val, "ema_handler": None}
@@ -43,6 +46,6 @@ def run_image_trainer(upstream_dir: Path, out_dir: Path, config: OtcaConfig, rew
 
     steps = []
     for step in range(1, sizes.steps + 1):
-        loss, grad_norm = call_by_signature(module.train_one_step, {**common, **inputs_for(rank, step)})
+        loss, grad_norm = call_by_signature(module.train_one_step, {**common, **inputs_on_device(inputs_for(rank, step))})
         steps.append(report_step(rank, step, loss, grad_norm))
     return finish(out_dir, config, rank, world_size, steps, recorder)

@@ -60,8 +60,10 @@ def tiny_vae():
 
 
 def fsdp_wrap(transformer: torch.nn.Module) -> torch.nn.Module:
-    """``fsdp_util_qwenimage.fsdp_wrapper`` with ``main``'s ``FSDPConfig``, on the CPU instead of CUDA device
-    ``rank % torch.cuda.device_count()``."""
+    """``fsdp_util_qwenimage.fsdp_wrapper`` with ``main``'s ``FSDPConfig``, on the smoke device (the CPU, or
+    this rank's GPU) instead of CUDA device ``rank % torch.cuda.device_count()``."""
+    from .environment import smoke_device
+
     import functools
 
     from torch.distributed.fsdp import BackwardPrefetch, CPUOffload, MixedPrecision, ShardingStrategy
@@ -74,7 +76,7 @@ def fsdp_wrap(transformer: torch.nn.Module) -> torch.nn.Module:
                 mixed_precision=MixedPrecision(param_dtype=torch.bfloat16, reduce_dtype=torch.bfloat16,
                                                buffer_dtype=torch.bfloat16),
                 sharding_strategy=ShardingStrategy.FULL_SHARD, backward_prefetch=BackwardPrefetch.BACKWARD_PRE,
-                cpu_offload=CPUOffload(offload_params=False), use_orig_params=True, device_id=torch.device("cpu"))
+                cpu_offload=CPUOffload(offload_params=False), use_orig_params=True, device_id=smoke_device())
 
 
 def prompt_batch(rank: int, step: int, seed: int) -> dict:

@@ -23,8 +23,10 @@ import torch
 
 from ..config import OtcaConfig
 from .dancegrpo_hunyuan import StubVideoAlign, prompt_loader, tiny_transformer, tiny_vae
-from .harness import (call_by_signature, cast_inputs_to_weights, enter_run_folder, finish, fsdp_wrap,
-                      load_upstream, optimizer_and_schedule, report_step)
+from .environment import smoke_device
+from .harness import (call_by_signature, cast_inputs_to_weights, device_loader, enter_run_folder,
+                      finish, fsdp_wrap, load_upstream, on_device, optimizer_and_schedule,
+                      report_step)
 
 UPSTREAM_FILE = "fastvideo/train_grpo_skyreels_i2v.py"
 
@@ -87,22 +89,22 @@ def run(upstream_dir: Path, out_dir: Path, config: OtcaConfig, sizes: Sizes, rew
     recorder = probe(module, log_prob_index=4) if probe else None  # all_log_probs: result[4]
 
     torch.manual_seed(sizes.seed)  # the same weights for every rank and every mode
-    transformer = tiny_transformer(in_channels=32)
+    transformer = on_device(tiny_transformer(in_channels=32))
     cast_inputs_to_weights(transformer)
-    vae = tiny_vae().eval()
-    pipe_flux = flux_pipeline(reward_root / f"flux_rank{rank}")
+    vae = on_device(tiny_vae().eval())
+    pipe_flux = on_device(flux_pipeline(reward_root / f"flux_rank{rank}"))
     transformer = fsdp_wrap(transformer)
     transformer.train()
     optimizer, lr_scheduler = optimizer_and_schedule(transformer, sizes.learning_rate)
     args = upstream_args(sizes)
-    loader = prompt_loader(rank, sizes.seed)
-    empty_states, empty_mask = empty_prompt(sizes.seed)
+    loader = device_loader(prompt_loader(rank, sizes.seed))
+    empty_states, empty_mask = (t.to(smoke_device()) for t in empty_prompt(sizes.seed))
     torch.manual_seed(sizes.seed * 1000 + rank)  # first frames, rollout noise and step order: per rank
 
     steps = []
     for step in range(1, sizes.steps + 1):
         loss, grad_norm = call_by_signature(module.train_one_step, dict(
-            args=args, device=torch.device("cpu"), transformer=transformer, pipe_flux=pipe_flux, vae=vae,
+            args=args, device=smoke_device(), transformer=transformer, pipe_flux=pipe_flux, vae=vae,
             inferencer=StubVideoAlign(), optimizer=optimizer, lr_scheduler=lr_scheduler, loader=loader,
             max_grad_norm=1.0, step=step, empty_cond_hidden_states=empty_states,
             empty_cond_attention_mask=empty_mask))

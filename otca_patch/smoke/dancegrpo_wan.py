@@ -20,8 +20,9 @@ import torch
 
 from ..config import OtcaConfig
 from .dancegrpo_flux import upstream_hps_reward
-from .harness import (call_by_signature, cast_inputs_to_weights, enter_run_folder, finish, load_upstream,
-                      optimizer_and_schedule, report_step)
+from .environment import smoke_device
+from .harness import (call_by_signature, cast_inputs_to_weights, enter_run_folder, finish,
+                      load_upstream, on_device, optimizer_and_schedule, report_step)
 
 UPSTREAM_FILE = "fastvideo/train_grpo_wan_2_1.py"
 PROMPTS = ("a red ball rolling on grass", "a blue car driving in the snow", "a green kite in the wind",
@@ -103,9 +104,9 @@ def run(upstream_dir: Path, out_dir: Path, config: OtcaConfig, sizes: Sizes, rew
     recorder = probe(module, log_prob_index=2) if probe else None  # all_log_probs: result[2]
 
     torch.manual_seed(sizes.seed)  # the same weights for every rank and every mode
-    transformer = tiny_wan_transformer()
+    transformer = on_device(tiny_wan_transformer())
     cast_inputs_to_weights(transformer)
-    vae = tiny_wan_vae().eval()
+    vae = on_device(tiny_wan_vae().eval())
     steps = train(module, transformer, vae, hps_checkpoint, sizes, rank, out_dir)
     return finish(out_dir, config, rank, world_size, steps, recorder, sync_grads=config.otca_sync_grads)
 
@@ -117,6 +118,7 @@ def train(module, transformer, vae, hps_checkpoint: Path, sizes: Sizes, rank: in
     from ..rewards import tiny
 
     reward_model, tokenizer, preprocess_val = upstream_hps_reward(hps_checkpoint, tiny.TINY_HPS_ARCH)
+    reward_model = on_device(reward_model)
     transformer.train()
     optimizer, lr_scheduler = optimizer_and_schedule(transformer, sizes.learning_rate)
     args = args or upstream_args(sizes)
@@ -125,8 +127,9 @@ def train(module, transformer, vae, hps_checkpoint: Path, sizes: Sizes, rank: in
     steps = []
     for step in range(1, sizes.steps + 1):
         embeds, negative, caption = prompt_embeddings(rank, step, sizes.seed)
+        embeds, negative = embeds.to(smoke_device()), negative.to(smoke_device())
         loss, grad_norm = call_by_signature(module.train_one_step, dict(
-            args=args, device=torch.device("cpu"), transformer=transformer, vae=vae, reward_model=reward_model,
+            args=args, device=smoke_device(), transformer=transformer, vae=vae, reward_model=reward_model,
             tokenizer=tokenizer, optimizer=optimizer, lr_scheduler=lr_scheduler, encoder_hidden_states=embeds,
             negative_prompt_embeds=negative, caption=caption, noise_scheduler=None, max_grad_norm=1.0,
             preprocess_val=preprocess_val))

@@ -22,7 +22,7 @@ import torch
 from ..config import OtcaConfig
 from ..targets.wan22 import EXPERTS
 from .dancegrpo_wan import Sizes as WanSizes, tiny_wan_transformer, tiny_wan_vae, train, upstream_args
-from .harness import cast_inputs_to_weights, enter_run_folder, finish, load_upstream
+from .harness import (cast_inputs_to_weights, enter_run_folder, finish, load_upstream, on_device)
 
 UPSTREAM_FILE = "fastvideo/train_grpo_wan_2_1.py"
 __all__ = ["UPSTREAM_FILE", "Sizes", "run", "write_tiny_wan22"]
@@ -81,7 +81,8 @@ def run(upstream_dir: Path, out_dir: Path, config: OtcaConfig, sizes: Sizes, rew
     transformer = runtime.load_experts(transformer, args)
     for expert in (transformer.transformer, transformer.transformer_2):
         cast_inputs_to_weights(expert)
-    vae = AutoencoderKLWan.from_pretrained(str(checkpoint), subfolder="vae", torch_dtype=torch.float32).eval()
+    transformer = on_device(transformer)
+    vae = on_device(AutoencoderKLWan.from_pretrained(str(checkpoint), subfolder="vae", torch_dtype=torch.float32).eval())
     gradients = GradientProbe(module, transformer) if probe else None
     before = {name: _flat(getattr(transformer, name)) for name in EXPERTS}
     steps = train(module, transformer, vae, hps_checkpoint, sizes, rank, out_dir, args)

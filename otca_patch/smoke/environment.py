@@ -50,6 +50,30 @@ def stub_flash_attn() -> bool:
     return True
 
 
+#: ``cpu`` (the default) or ``cuda``: where a smoke run's models, tensors and process group live
+DEVICE_ENV = "OTCA_SMOKE_DEVICE"
+
+
+def smoke_device() -> torch.device:
+    """The device of this smoke process: the CPU, or with ``OTCA_SMOKE_DEVICE=cuda`` this rank's GPU
+    ``cuda:{LOCAL_RANK}`` (scripts/gpu_check.sh)."""
+    text = (os.environ.get(DEVICE_ENV) or "cpu").strip().lower()
+    if text == "cpu":
+        return torch.device("cpu")
+    if text != "cuda":
+        raise ValueError(f"{DEVICE_ENV}={text!r}: expected cpu or cuda")
+    if not torch.cuda.is_available():
+        raise ValueError(f"{DEVICE_ENV}=cuda but torch sees no CUDA device here")
+    from ..devices import rank_cuda_device
+
+    return rank_cuda_device()
+
+
+def backend_for(device: torch.device) -> str:
+    """The collective backend a trainer uses on ``device``: NCCL on GPUs (as upstream), gloo on the CPU."""
+    return "nccl" if device.type == "cuda" else "gloo"
+
+
 def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -57,14 +81,18 @@ def _free_port() -> int:
 
 
 def init_process_group() -> tuple[int, int]:
-    """A gloo group: torchrun's world when launched by it, else a world of one on loopback."""
+    """torchrun's world when launched by it, else a world of one on loopback: NCCL on this rank's GPU
+    (after ``torch.cuda.set_device``, as upstream's trainers) with ``OTCA_SMOKE_DEVICE=cuda``, else gloo."""
     defaults = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1"}
     for key, value in defaults.items():
         os.environ.setdefault(key, value)
     os.environ.setdefault("MASTER_PORT", str(_free_port()))
     os.environ.setdefault("WANDB_MODE", "disabled")
+    device = smoke_device()
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
     if not dist.is_initialized():
-        dist.init_process_group("gloo")
+        dist.init_process_group(backend_for(device))
     average_by_sum_on_gloo()
     return dist.get_rank(), dist.get_world_size()
 
@@ -105,7 +133,8 @@ class cpu_as_current_device:
 
     def __enter__(self):
         self._saved = torch.cuda.current_device
-        torch.cuda.current_device = lambda: torch.device("cpu")
+        if smoke_device().type == "cpu":  # on a GPU upstream's own answer is right
+            torch.cuda.current_device = lambda: torch.device("cpu")
         return self
 
     def __exit__(self, *exc):

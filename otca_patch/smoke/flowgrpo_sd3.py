@@ -24,6 +24,7 @@ from pathlib import Path
 
 from ..config import OtcaConfig
 from ..files import atomic_write_text
+from .environment import smoke_device
 
 UPSTREAM_FILE = "scripts/train_sd3.py"
 PROMPTS = ("a red circle on a white background", "a blue square in the snow", "a green triangle at night",
@@ -48,7 +49,9 @@ class Sizes:
 def config_overrides(sizes: Sizes, dataset: Path, model: Path) -> dict:
     """Dotted config keys -> values, over upstream's config/base.py."""
     return {
-        "seed": sizes.seed, "logdir": "logs", "save_freq": 10**9, "mixed_precision": "no", "allow_tf32": False,
+        "seed": sizes.seed, "logdir": "logs", "save_freq": 10**9, "allow_tf32": False,
+        # upstream's mixed precision on a GPU; none on the CPU
+        **({"mixed_precision": "no"} if smoke_device().type == "cpu" else {}),
         "use_lora": True, "dataset": str(dataset), "resolution": sizes.resolution, "prompt_fn": "general_ocr",
         "pretrained.model": str(model),
         "sample.num_steps": sizes.num_steps, "sample.eval_num_steps": 2, "sample.guidance_scale": 4.5,
@@ -111,7 +114,11 @@ def load_upstream(upstream_dir: Path, config: OtcaConfig):
         from ..hooks.spec import spec_for_script
         from ..launch.runner import load_patched_module
 
-        return load_patched_module(str(path), spec_for_script(path), config, "flowgrpo_train_sd3")
+        from . import meter
+
+        module = load_patched_module(str(path), spec_for_script(path), config, "flowgrpo_train_sd3")
+        meter.install(module, Path.cwd())  # the run folder (OTCA_SMOKE_METER=1 only)
+        return module
     spec = importlib.util.spec_from_file_location("flowgrpo_train_sd3", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module

@@ -36,7 +36,11 @@ def load_upstream(upstream_dir: Path, relative_file: str, config: OtcaConfig, mo
     if config.active:
         from ..launch.runner import load_patched_module
 
-        return load_patched_module(str(path), spec, config, module_name)
+        from . import meter
+
+        module = load_patched_module(str(path), spec, config, module_name)
+        meter.install(module, Path.cwd())  # the run folder (OTCA_SMOKE_METER=1 only)
+        return module
     spec = importlib.util.spec_from_file_location(module_name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
@@ -111,6 +115,34 @@ def optimizer_and_schedule(model: torch.nn.Module, learning_rate: float):
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=learning_rate,
                                   betas=(0.9, 0.999), weight_decay=1e-4, eps=1e-8)
     return optimizer, get_scheduler("constant", optimizer=optimizer, num_warmup_steps=0, num_training_steps=10**6)
+
+
+def on_device(*modules):
+    """``modules`` moved to the smoke device (the CPU unless ``OTCA_SMOKE_DEVICE=cuda``); returns them."""
+    from .environment import smoke_device
+
+    device = smoke_device()
+    moved = tuple(module.to(device) for module in modules)
+    return moved[0] if len(moved) == 1 else moved
+
+
+def device_loader(loader):
+    """Upstream's loader wrapper moves each batch to the trainer's device: so does this one."""
+    from .environment import smoke_device
+
+    device = smoke_device()
+    for batch in loader:
+        yield tuple(item.to(device) if isinstance(item, torch.Tensor) else item for item in batch)
+
+
+def inputs_on_device(inputs: dict) -> dict:
+    """Arguments that come from upstream's data loader, on the smoke device: tensors moved, a loader
+    (an iterator of batches) wrapped by ``device_loader``."""
+    from .environment import smoke_device
+
+    device = smoke_device()
+    return {name: value.to(device) if isinstance(value, torch.Tensor)
+            else device_loader(value) if hasattr(value, "__next__") else value for name, value in inputs.items()}
 
 
 def report_step(rank: int, step: int, loss, grad_norm, **extra) -> dict:

@@ -17,6 +17,7 @@ import torch
 from .. import rank_check
 from ..config import OtcaConfig
 from ..credit import credit_from_progress
+from ..devices import follows_trainer, reward_device
 from ..distributed import gather_rows, local_rows, world
 from ..objective_set import Objectives, UpstreamRewards
 from ..runlog import RunLog
@@ -37,7 +38,7 @@ class Runtime:
     upstream_logs_step = "current"
     #: public methods no hook point calls: the runtime calls them itself, or tests and tools do
     INTERNAL = frozenset({"describe", "reset", "bind_objectives", "credit", "choose", "credit_record",
-                          "write_record", "number_groups", "observing"})
+                          "write_record", "number_groups", "observing", "place_objectives"})
 
     def __init__(self, config: OtcaConfig):
         self.config = config
@@ -55,13 +56,26 @@ class Runtime:
         return self.config.otca_observe
 
     def bind_objectives(self, upstream_rewards: Optional[UpstreamRewards] = None, device=None) -> None:
-        """Load the objectives (registry models on ``--otca_reward_device``, else ``device``)."""
+        """Load the objectives: registry models on ``--otca_reward_device``, else ``device`` (the
+        trainer's, when known), else this rank's GPU ``cuda:{LOCAL_RANK}`` (``devices.reward_device``)."""
         config = self.config
         if upstream_rewards is not None:
             self.upstream_rewards = upstream_rewards
-        device = config.otca_reward_device or device or ("cuda" if torch.cuda.is_available() else "cpu")
+        device = reward_device(config.otca_reward_device, device)
         self.objectives = Objectives(config.otca_rewards, self.upstream_rewards, config.otca_reward_ckpt,
                                      config.otca_reward_opt, device, weights=config.otca_objective_weights)
+
+    def place_objectives(self, device) -> None:
+        """Before each scoring: registry models follow the device upstream's tensors are on (unless
+        ``--otca_reward_device`` pins one), so weights and inputs always share one GPU."""
+        device = torch.device(device)
+        reward_set = self.objectives.reward_set if self.objectives is not None else None
+        if reward_set is None or device.type != "cuda" or not follows_trainer(self.config.otca_reward_device):
+            return
+        if reward_set.device != device:
+            print(f"otca-patch: registry reward models move from {reward_set.device} to {device}, where this "
+                  f"rank's trainer works", file=sys.stderr)
+            reward_set.to(device)
 
     def describe(self) -> str:
         kind = "observe (trains vanilla)" if self.observing else f"mode {self.credit_config.mode}"

@@ -75,31 +75,42 @@ class GrpoRuntime(Runtime):
             self.samples.append(frames_to_tensor(decoded_video))
             self.prompts.append(captions[0])
 
-    def rewards(self, upstream, rows=None) -> torch.Tensor:
-        """``[B, K]`` rewards of the rollout (``rows``: the rollouts kept, in order)."""
-        samples, prompts = self.samples, self.prompts
-        if rows is not None and samples:
-            samples, prompts = [samples[i] for i in rows.tolist()], [prompts[i] for i in rows.tolist()]
-        return self.objectives.matrix(upstream, samples or None, prompts, self.config.otca_video_frames)
+    def rewards(self, upstream, device) -> torch.Tensor:
+        """``[B, K]`` rewards of every rollout (all decoded samples, in rollout order), on ``device``
+        (the trainer's: registry models are placed there first)."""
+        self.place_objectives(device)
+        return self.objectives.matrix(upstream, self.samples or None, self.prompts,
+                                      self.config.otca_video_frames).to(device)
 
     # ---- hook: per_step_advantages (train_one_step)
     def assign_advantages(self, samples: dict, all_latents: torch.Tensor, upstream_advantages: torch.Tensor, args):
         """Returns the value upstream stores in ``samples["advantages"]`` and sets ``samples["otca_advantages"]``."""
-        rewards = self.rewards(samples.get("rewards")).to(all_latents.device)
+        rewards = self.rewards(samples.get("rewards"), all_latents.device)
         return self.assign_per_step(samples, all_latents, rewards, upstream_advantages, args)
 
     def assign_per_step(self, samples: dict, all_latents: torch.Tensor, rewards: torch.Tensor,
                         upstream_advantages: torch.Tensor, args, rows=None, **record):
-        """The credit of one DanceGRPO rollout: stores the ``[B, S-1]`` per-step advantage under
-        ``STEP_KEY`` and returns the combined ``[B]`` for ``samples["advantages"]`` (upstream's own
-        in observe mode). ``rows``: the rollouts kept (best-of-n), default all; ``record``: extra
-        run-log fields."""
+        """The credit of one DanceGRPO rollout: stores the ``[B_kept, S-1]`` per-step advantage under
+        ``STEP_KEY`` and returns the combined ``[B_kept]`` for ``samples["advantages"]`` (upstream's
+        own in observe mode).
+
+        all_latents ``[B, S+1, ...]`` and rewards ``[B, K]`` cover every rollout of this rank; the
+        credit is computed over all of them (gathered over ranks, in their prompt groups), and only
+        then are ``rows`` ``[B_kept]`` taken (best-of-n: the rollouts upstream kept, in its order;
+        default all). ``record``: extra run-log fields."""
         per_rank = all_latents.shape[0]
-        rows = torch.arange(per_rank, device=all_latents.device) if rows is None else rows
+        if rewards.shape[0] != per_rank:
+            raise ValueError(f"otca-patch: {rewards.shape[0]} reward rows for {per_rank} rollouts")
         kept_steps = samples["log_probs"].shape[1]  # S-1: upstream drops the last step
-        final = self.final_state(all_latents)
-        delta_s = self.progress(all_latents[rows], None if final is None else final[rows])
-        local, summary = self.credit(rewards, delta_s, self.group_ids(rows, per_rank, args))
+        delta_s = self.progress(all_latents, self.final_state(all_latents))  # no copy of the latents
+        every = torch.arange(per_rank, device=all_latents.device)
+        local, summary = self.credit(rewards, delta_s, self.group_ids(every, per_rank, args))
+        if rows is not None:
+            record.update(rollout_rewards=rewards, rollout_delta_s=local["delta_s"],
+                          rollout_group_ids=local["group_ids"])
+            picked = rows.to(delta_s.device)
+            local = {name: value[picked] for name, value in local.items()}
+            rewards = rewards[rows.to(rewards.device)]
         upstream_per_step = upstream_advantages.reshape(-1, 1).expand(-1, kept_steps).clone()
         trained = self.choose(local["advantages"][:, :kept_steps], upstream_per_step)
         samples[STEP_KEY] = trained
@@ -109,7 +120,8 @@ class GrpoRuntime(Runtime):
 
     def progress(self, all_latents: torch.Tensor, final=None) -> torch.Tensor:
         """TCD's ``delta_s [B, S]`` float64 from the trajectories ``[B, S+1, ...]`` (computed where
-        the latents are: only this travels between ranks); ``final [B, ...]``: an explicit ``z_T``."""
+        the latents are: only this travels between ranks); ``final [B, ...]``: an explicit ``z_T``.
+        Reads the latents in place: never index them (``all_latents[rows]`` would copy the batch)."""
         return step_progress(similarity_to_final(all_latents, final=final).double())
 
     @staticmethod

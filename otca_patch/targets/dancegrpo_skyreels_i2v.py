@@ -72,7 +72,7 @@ class SkyReelsRuntime(GrpoRuntime):
                    if f"upstream.{c}" in self.objectives.names and torch.isnan(upstream[c]).any()]
         if unknown:
             raise ValueError(f"otca-patch: VideoAlign's reward() returned no {', '.join(unknown)} score for some videos")
-        rewards = self.rewards(upstream).to(all_latents.device)
+        rewards = self.rewards(upstream, all_latents.device)
         return self.assign_per_step(samples, all_latents, rewards, upstream_advantages, args)
 
 

@@ -49,6 +49,7 @@ class FlowGrpoRuntime(Runtime):
         super().reset()
         self.images, self.prompts, self.losses = [], [], []
         self.kept = None
+        self.upstream_advantages = None
 
     def number_groups(self, labels: torch.Tensor) -> torch.Tensor:
         return group_ids_from_keys(labels)  # prompt keys -> 0, 1, ... in order of first appearance
@@ -70,8 +71,9 @@ class FlowGrpoRuntime(Runtime):
     # ---- hook: per_step_advantages (main, after upstream splits its advantages back)
     def assign_advantages(self, samples: dict, upstream_config, tokenizer, num_train_timesteps: int):
         """The value upstream stores in ``samples["advantages"]``: this process's ``[B, T]`` rows."""
-        upstream_advantages = samples["advantages"]
+        upstream_advantages = self.upstream_advantages = samples["advantages"]  # a reference: [B, T]
         batch, device = upstream_advantages.shape[0], upstream_advantages.device
+        self.place_objectives(device)
         rewards = self.objectives.matrix(samples["rewards"], self.images or None, self.prompts).to(device)
         if upstream_config.per_prompt_stat_tracking:  # upstream's groups: the decoded prompt text
             labels = prompt_keys(tokenizer.batch_decode(samples["prompt_ids"], skip_special_tokens=True), device)
@@ -96,6 +98,16 @@ class FlowGrpoRuntime(Runtime):
     def step_advantage(self, sample: dict, column) -> torch.Tensor:
         """``sample["advantages"][:, column]``: checked, in the first epoch, against the step trained."""
         return self.step_check.read(sample, column, "advantages")
+
+    # ---- hook: zero_advantage_filter (main, upstream's mask of the rows to train)
+    def rows_to_train(self, mask: torch.Tensor) -> torch.Tensor:
+        """Upstream's mask ``[B]`` (rows with a nonzero advantage, on the advantages trained), except
+        in ``sum`` mode, vanilla's credit for A/B parity: there the rows vanilla keeps. Upstream's
+        ``(r - mean) / (std + 1e-4)`` leaves ~1e-13 in a constant group (kept) where the layer
+        computes exactly 0 (dropped), so the mask of upstream's own advantages decides."""
+        if self.observing or self.credit_config.mode != "sum" or self.upstream_advantages is None:
+            return mask
+        return self.upstream_advantages.abs().sum(dim=1) != 0
 
     # ---- hook: record_kept_samples (main, after the zero-advantage filter)
     def record_kept(self, mask: torch.Tensor) -> None:

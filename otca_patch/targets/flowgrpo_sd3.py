@@ -21,6 +21,8 @@ advantages  ``samples`` collates the batches (``latents`` / ``next_latents [B, S
     (the same on every process), and this process's rows (rank-major, as upstream splits) of its
     first T steps replace ``samples["advantages"]``.
 filter  samples whose advantages are all zero are dropped (on the advantages above).
+    hook ``zero_advantage_filter``: upstream's mask; in ``sum`` mode the mask of upstream's own
+    advantages, so exactly vanilla's rows train (its ``+ 1e-4`` leaves ~1e-13 in constant groups).
     hook ``record_kept_samples``: log the mask.
 training  for each batch, ``j = 0 .. T-1`` in order, the PPO loss reads ``sample["advantages"][:, j]``
     (so step j trains with OTCA's advantage of step j; upstream's clamp and ratio clip apply).

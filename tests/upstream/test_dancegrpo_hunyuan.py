@@ -87,15 +87,18 @@ def test_two_ranks_credit_the_best_of_n_samples_in_their_groups(dancegrpo, tmp_p
         assert torch.tensor(record["advantages"]).shape == (2, len(record["delta_s"][0]) - 1)
         upstream = torch.tensor(record["upstream_advantages"])
         assert upstream.max() > upstream.min()  # one of the best and one of the worst
+    kept_groups = torch.cat([torch.tensor(by_rank[rank]["group_ids"]) for rank in (0, 1)])
+    assert kept_groups.tolist() == [0, 0, 1, 1]  # kept samples stay in their prompt's group
+    # the credit is computed over every rollout of both ranks, then each rank takes its kept rows
     gathered = {key: torch.cat([torch.tensor(by_rank[rank][key]) for rank in (0, 1)])
-                for key in ("rewards", "delta_s", "group_ids")}
-    assert gathered["group_ids"].tolist() == [0, 0, 1, 1]  # kept samples stay in their prompt's group
-    credit = credit_from_progress(gathered["rewards"], gathered["delta_s"], gathered["group_ids"],
-                                  CreditConfig(**by_rank[0]["config"]))
+                for key in ("rollout_rewards", "rollout_delta_s", "rollout_group_ids")}
+    assert gathered["rollout_group_ids"].tolist() == [0] * 4 + [1] * 4
+    credit = credit_from_progress(gathered["rollout_rewards"], gathered["rollout_delta_s"],
+                                  gathered["rollout_group_ids"], CreditConfig(**by_rank[0]["config"]))
     for rank in (0, 1):
-        rows = slice(2 * rank, 2 * rank + 2)
-        assert torch.allclose(torch.tensor(by_rank[rank]["advantages"]), credit.advantages[rows, :-1], atol=1e-6)
-        assert torch.allclose(torch.tensor(by_rank[rank]["step_weights"]), credit.step_weights[rows], atol=1e-6)
+        rows = 4 * rank + torch.tensor(by_rank[rank]["kept_rows"])
+        assert torch.allclose(torch.tensor(by_rank[rank]["advantages"]), credit.advantages[rows, :-1].float(), atol=1e-6)
+        assert torch.allclose(torch.tensor(by_rank[rank]["step_weights"]), credit.step_weights[rows].float(), atol=1e-6)
 
 
 def test_a_mutated_upstream_file_stops_otca_and_doctor_reports_it(dancegrpo, tmp_path):
