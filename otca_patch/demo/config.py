@@ -65,7 +65,7 @@ class DemoConfig:
     eval_samples_per_prompt: int = flag("samples per evaluation prompt", 2)
     eval_seed: int = flag("seed of the evaluation prompts and noise (the same for every variant and seed)", 1234)
     threshold: float = flag("practical threshold of a difference, in base-model evaluation-sample standard deviations "
-                            "of each objective: a difference whose 95% interval lies within it is called negligible", 0.1)
+                            "of each objective: a difference whose 95%% interval lies within it is called negligible", 0.1)
     # --- run
     threads: int = flag("torch CPU threads per process (0 = torch's default); tiny matrices gain nothing from "
                          "more, and numbers are reproducible for a fixed thread count", 1)
