@@ -48,10 +48,13 @@ def test_ab_outputs_come_from_the_descriptor_of_the_launched_trainer(tmp_path):
     assert cwd_outputs(checkout, hunyuan) == ["videos", "vq_reward.txt", "mq_reward.txt"]
     flux = tmp_path / "flux.sh"
     flux.write_text("torchrun fastvideo/train_grpo_flux.py --seed 1\n")
-    assert cwd_outputs(checkout, flux) == ["images", "reward.txt"]
+    # an empty placeholder for the path DanceGRPO and MixGRPO share: its content picks neither spec, so
+    # both trainers' outputs are private (the snapshots' own files pick one: tests/upstream/test_mixgrpo_flux.py)
+    assert cwd_outputs(checkout, flux) == ["images", "reward.txt", "data/outputs"]
     other = tmp_path / "other.sh"
     other.write_text("python somewhere_else.py\n")  # names no target: every target's outputs in the checkout
-    assert set(cwd_outputs(checkout, other)) == {"images", "reward.txt", "videos", "vq_reward.txt", "mq_reward.txt"}
+    assert set(cwd_outputs(checkout, other)) == {"images", "reward.txt", "videos", "vq_reward.txt", "mq_reward.txt",
+                                                 "data/outputs"}
     with pytest.raises(ValueError, match="none of the targets' upstream files"):
         cwd_outputs(_checkout(tmp_path / "empty", "README.md"), other)
 

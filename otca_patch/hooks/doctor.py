@@ -8,6 +8,7 @@ from pathlib import Path
 
 from .checkout import check_upstream_dir
 from .rewrite import check
+from .select import SpecChoiceError, choose_spec
 from .source import file_sha256, read_source
 from .spec import TargetSpec, default_patches_dir, load_specs
 
@@ -33,20 +34,39 @@ def identity_line(spec: TargetSpec, digest: str, holds: bool = True) -> str:
             f"({spec.verified_sha256[:16]}, upstream commit {commit}); {verdict}")
 
 
-def diagnose(upstream_dir: Path, specs: list[TargetSpec]) -> tuple[list[dict], bool]:
-    """One row per hook of every spec whose file exists in ``upstream_dir``; and whether all hold."""
-    rows, all_hold, seen = [], True, 0
-    for spec in specs:
-        path = upstream_dir / spec.file
+def applicable(upstream_dir: Path, specs: list[TargetSpec]) -> tuple[list[tuple[TargetSpec, str]], bool]:
+    """``[(spec, why)]`` to check in ``upstream_dir``: per file that exists, the spec its content picks
+    (``select.choose_spec``: several upstreams can share a path), or, when none or several hold,
+    every candidate with the error naming them; and whether every file picked one spec."""
+    chosen, picked = [], True
+    for file in dict.fromkeys(spec.file for spec in specs):
+        path = upstream_dir / file
         if not path.is_file():
             continue
+        mine = [spec for spec in specs if spec.file == file]
+        try:
+            choice = choose_spec(path, mine)
+        except SpecChoiceError as exc:
+            picked = False
+            chosen += [(spec, f"ERROR: {exc}") for spec in mine]
+            continue
+        chosen.append((choice.spec, choice.reason if len(mine) > 1 else ""))
+    return chosen, picked
+
+
+def diagnose(upstream_dir: Path, specs: list[TargetSpec]) -> tuple[list[dict], bool]:
+    """One row per hook of the spec picked for each targeted file in ``upstream_dir``; and whether all hold."""
+    rows, seen = [], 0
+    chosen, all_hold = applicable(upstream_dir, specs)
+    for spec, why in chosen:
+        path = upstream_dir / spec.file
         seen += 1
         digest = file_sha256(str(path))
         try:
             statuses = check(read_source(str(path)), spec, str(path))
         except SyntaxError as exc:
             rows.append({"target": spec.name, "file": spec.file, "hook": "-", "function": "-", "anchor": "-",
-                         "spec": spec, "kind": "file",
+                         "spec": spec, "kind": "file", "chosen": why,
                          "status": f"FAIL: file does not parse ({exc.msg}, line {exc.lineno})",
                          "sha256": digest, "verified_sha256": spec.verified_sha256,
                          "verified_commit": spec.verified_commit})
@@ -54,7 +74,7 @@ def diagnose(upstream_dir: Path, specs: list[TargetSpec]) -> tuple[list[dict], b
             continue
         for status in statuses:
             all_hold &= status.ok
-            rows.append({"target": spec.name, "file": spec.file, "hook": status.hook.name, "spec": spec,
+            rows.append({"target": spec.name, "file": spec.file, "hook": status.hook.name, "spec": spec, "chosen": why,
                          "kind": "pin" if status.hook.is_pin else "hook",
                          "function": status.hook.function, "anchor": status.hook.anchor,
                          "status": "ok" if status.ok else f"FAIL: {status.problem}",
@@ -69,10 +89,13 @@ def diagnose(upstream_dir: Path, specs: list[TargetSpec]) -> tuple[list[dict], b
 def format_report(upstream_dir: Path, rows: list[dict]) -> str:
     commit = checkout_commit(upstream_dir)
     lines = [f"upstream checkout: {upstream_dir} (commit {commit})", ""]
-    for file in dict.fromkeys(row["file"] for row in rows):
-        mine = [r for r in rows if r["file"] == file]
-        first = mine[0]
+    for target in dict.fromkeys(row["target"] for row in rows):
+        mine = [r for r in rows if r["target"] == target]
+        first, file = mine[0], mine[0]["file"]
         lines.append(f"{first['target']}: {file}")
+        lines.append(f"  spec {first['spec'].path} (upstream {first['spec'].upstream})"
+                     + (f"; picked: {first['chosen']}" if first["chosen"] and not first["chosen"].startswith("ERROR")
+                        else ""))
         lines.append("  " + identity_line(first["spec"], first["sha256"], all(r["status"] == "ok" for r in mine)))
         width = max(len(r["hook"]) for r in mine)
         for row in mine:
@@ -95,10 +118,12 @@ def main(argv=None) -> int:
         return 2
     print(format_report(args.upstream_dir, rows))
     failed = sum(not r["status"].startswith("ok") for r in rows)
-    print(f"{len(rows) - failed} of {len(rows)} hook points hold" + ("" if all_hold else
+    print(f"{len(rows) - failed} of {len(rows)} hook points hold" + ("" if not failed else
           f"; {failed} need a new spec before --otca can run on this checkout"))
     for line in verdicts(rows):
         print(line)
+    for error in dict.fromkeys(r["chosen"] for r in rows if r["chosen"].startswith("ERROR")):
+        print(f"otca-patch doctor: {error}")
     return 0 if all_hold else 1
 
 

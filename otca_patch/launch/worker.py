@@ -38,14 +38,14 @@ def main(argv=None) -> int:
         if not config.active:
             run_untouched(script, upstream_argv)  # no --otca: the upstream file runs untouched
             return 0
-        from ..hooks.spec import spec_for_script
+        from ..hooks.select import spec_choice_for_script
         from .runner import prepare_main
 
-        spec = spec_for_script(script)
-        if spec is None:
+        choice = spec_choice_for_script(script)
+        if choice is None:
             raise ValueError(f"{script} is not an upstream file that otca-patch has hook points for "
                              f"(see patches/ and `otca-patch doctor`)")
-        code, namespace = prepare_main(script, upstream_argv, spec, config)
+        code, namespace = prepare_main(script, upstream_argv, choice.spec, config, choice.reason)
     except Exception as exc:  # before the script starts: every failure stops the process, clearly
         print(f"otca-patch: error: {exc}", file=sys.stderr)
         return 2

@@ -21,6 +21,7 @@ from pathlib import Path
 from ..config import ENV_ARGS, parse_otca_args
 from ..hooks.errors import PatchError
 from ..hooks.rewrite import compile_target
+from ..hooks.select import choose_spec
 from ..hooks.source import read_source
 from ..hooks.spec import TargetSpec, load_specs
 
@@ -35,13 +36,13 @@ def preflight(launch_script: Path, workdir: Path, text: str | None, specs: list[
     checked; raises ``PatchError``."""
     text = launch_script.read_text(errors="replace") if text is None else text
     checked = []
-    for spec in specs:
-        if not re.search(re.escape(spec.file) + r"\b", text):
+    for file in dict.fromkeys(spec.file for spec in specs):  # a path several upstreams share: its content picks
+        path = workdir / file
+        if not re.search(re.escape(file) + r"\b", text) or not path.is_file():
             continue
-        path = workdir / spec.file
-        if path.is_file():
-            compile_target(read_source(str(path)), spec, str(path))
-            checked.append(spec.file)
+        choice = choose_spec(path, [spec for spec in specs if spec.file == file])
+        compile_target(read_source(str(path)), choice.spec, str(path))
+        checked.append(f"{file} [{choice.spec.name}]")
     return checked
 
 

@@ -30,9 +30,11 @@ class Runtime:
     target = None
     #: the hook-point spec (set by the runner); names the file in run-time invariant errors
     spec = None
+    #: why the runner picked ``spec`` for the file (several upstreams can share a path): in the run log
+    spec_chosen = ""
     #: public methods no hook point calls: the runtime calls them itself, or tests and tools do
     INTERNAL = frozenset({"describe", "reset", "bind_objectives", "credit", "choose", "credit_record",
-                          "write_record", "number_groups", "observing"})
+                          "write_record", "number_groups", "observing", "spec_record"})
 
     def __init__(self, config: OtcaConfig):
         self.config = config
@@ -54,8 +56,10 @@ class Runtime:
         if upstream_rewards is not None:
             self.upstream_rewards = upstream_rewards
         device = config.otca_reward_device or device or ("cuda" if torch.cuda.is_available() else "cpu")
+        loaded = self.objectives.reward_set if self.objectives is not None else None  # a rebinding keeps them
         self.objectives = Objectives(config.otca_rewards, self.upstream_rewards, config.otca_reward_ckpt,
-                                     config.otca_reward_opt, device, weights=config.otca_objective_weights)
+                                     config.otca_reward_opt, device, weights=config.otca_objective_weights,
+                                     reward_set=loaded)
 
     def describe(self) -> str:
         kind = "observe (trains vanilla)" if self.observing else f"mode {self.credit_config.mode}"
@@ -116,11 +120,19 @@ class Runtime:
         record = {
             "step": self.step, "rank": rank, "world_size": size, "mode": self.credit_config.mode,
             "observe": self.observing, "config": self.credit_config.to_dict(),
-            "objectives": list(self.objectives.names), **self.record, **fields_,
+            "objectives": list(self.objectives.names), "spec": self.spec_record(), **self.record, **fields_,
         }
         self.log.write(record)
         self._to_wandb(rank, record["summary"], wandb_step)
         return True
+
+    def spec_record(self) -> Optional[dict]:
+        """Which spec rewrote the file, and why it was picked (``None`` outside a rewritten run)."""
+        spec = self.spec
+        if spec is None:
+            return None
+        return {"target": spec.name, "upstream": spec.upstream, "file": spec.file, "path": spec.path,
+                "chosen": self.spec_chosen}
 
     def _to_wandb(self, rank: int, summary: dict, step: Optional[int]) -> None:
         wandb = sys.modules.get("wandb")
