@@ -19,13 +19,14 @@ def load_upstream(upstream_dir: Path, relative_file: str, config: OtcaConfig, mo
     """The upstream module: untouched for vanilla, rewritten by the layer otherwise."""
     path = upstream_dir / relative_file
     if not path.is_file():
-        raise SystemExit(f"smoke: {path} does not exist; pass a DanceGRPO checkout")
+        raise SystemExit(f"smoke: {path} does not exist; pass an upstream checkout that has it")
     sys.path.insert(0, str(upstream_dir))
     if config.active:
-        from ..hooks.spec import spec_for_script
+        from ..hooks.select import spec_choice_for_script
         from ..launch.runner import load_patched_module
 
-        return load_patched_module(str(path), spec_for_script(path), config, module_name)
+        choice = spec_choice_for_script(path)
+        return load_patched_module(str(path), choice.spec, config, module_name, choice.reason)
     spec = importlib.util.spec_from_file_location(module_name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
