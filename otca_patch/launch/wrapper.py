@@ -46,6 +46,16 @@ def preflight(launch_script: Path, workdir: Path, text: str | None, specs: list[
     return checked
 
 
+def remote_launcher(text: str) -> str:
+    """``pdsh`` / ``ssh`` when a launch script starts its commands on other hosts (MixGRPO's scripts
+    use ``pdsh``), else ``""``: those processes do not inherit the layer's environment."""
+    for line in text.splitlines():
+        found = re.search(r"(?:^|[;&|(`]|\s)(pdsh|ssh)\s", line.split("#", 1)[0])
+        if found:
+            return found.group(1)
+    return ""
+
+
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
@@ -73,6 +83,14 @@ def main(argv=None) -> int:
         return 2
     if launch_script is not None:
         command = ["bash", str(launch_script), *rest]
+        remote = remote_launcher(launch_script.read_text(errors="replace"))
+        if config.active and remote:
+            print(f"otca_run.sh: error: {launch_script} starts its trainers through {remote}, which does not pass "
+                  f"this environment to the processes it starts: they would train vanilla. Run each node's "
+                  f"command as `otca-patch launch {shlex.join(config.to_argv())} -- torchrun ...`, or put "
+                  f"`export {ENV_ARGS}={shlex.quote(shlex.join(config.to_argv()))} PYTHONPATH={STARTUP_DIR}:$PYTHONPATH` "
+                  f"into its remote command", file=sys.stderr)
+            return 2
     env = dict(os.environ)
     if not config.active:
         print("otca_run.sh: no --otca / --otca_observe: running the upstream script untouched", file=sys.stderr)

@@ -155,7 +155,7 @@ class EndpointStub(http.server.BaseHTTPRequestHandler):
         payload = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         url = next(part["image_url"]["url"] for part in payload["messages"][0]["content"] if part["type"] == "image_url")
         image = Image.open(io.BytesIO(base64.b64decode(url.split(",", 1)[1])))
-        score = 3.0 + max(-2.0, min(2.0, pixel_score(image, 5)))
+        score = 3.0 + max(-2.0, min(2.0, 8.0 * pixel_score(image, 5)))  # spread like the others' relative to size
         body = json.dumps({"choices": [{"message": {"content": f"Alignment Score (1-5): {score:.6f}"}}]}).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")

@@ -42,7 +42,7 @@ REWARD_MODELS = ("HPSClipRewardModel", "CLIPScoreRewardModel", "ImageRewardModel
 #: the samples key of each sample's row in the rollout, carried through the sign balance's reordering
 ROWS_KEY = "otca_rows"
 SCALAR_MEANING = ("samples['advantages'] (upstream's .item() print and sign balance) is OTCA's combined "
-                  "per-sample advantage")
+                  "per-sample advantage (exact zeros keep upstream's sign at the smallest float)")
 
 
 class MixFluxRuntime(GrpoRuntime):
@@ -51,7 +51,11 @@ class MixFluxRuntime(GrpoRuntime):
     upstream_rewards = UpstreamRewards(columns=REWARD_MODELS)  # until the first step names the built ones
 
     def describe(self) -> str:
-        return super().describe() + f"; upstream = the reward models MixGRPO builds; {SCALAR_MEANING}"
+        text = super().describe()
+        if getattr(self, "_bound_upstream", None) is None:  # before the first step: upstream's models unknown
+            text = text.replace(", ".join(f"upstream.{m}" for m in REWARD_MODELS),
+                                "upstream.<each reward model MixGRPO builds, from its first step>")
+        return f"{text}; {SCALAR_MEANING}"
 
     # ---- hook: bind_upstream_rewards (train_one_step, before the rollout)
     def bind_upstream_rewards(self, reward_weights: dict, args) -> None:
@@ -72,7 +76,14 @@ class MixFluxRuntime(GrpoRuntime):
         samples[ROWS_KEY] = rows  # each sample's dict keeps its row when the sign balance reorders them
         # the trained-step check also under `part`, where upstream permutes nothing
         samples[FINGERPRINT_KEY] = fingerprints(samples["latents"])
-        return super().assign_advantages(samples, all_latents, upstream_advantages, args)
+        combined = super().assign_advantages(samples, all_latents, upstream_advantages, args)
+        if self.observing:
+            return combined
+        # The loss reads samples["otca_advantages"]; this scalar only feeds the print and the sign
+        # balance, which drops samples whose advantage is exactly 0. MOCA gives exactly 0 where a
+        # sample's objectives conflict: such a sample keeps upstream's side, at the smallest magnitude.
+        nudge = torch.sign(upstream_advantages).to(combined.dtype) * torch.finfo(combined.dtype).tiny
+        return torch.where(combined == 0, nudge, combined)
 
     # ---- hook: record_trained_steps (train_one_step, before the training loop)
     def record_trained(self, train_timesteps, perms, samples_batched_list: list) -> None:

@@ -32,6 +32,13 @@ def dancegrpo() -> Path:
     return upstream_checkout("DanceGRPO", "OTCA_UPSTREAM_DANCEGRPO", "fastvideo/train_grpo_flux.py")
 
 
+@pytest.fixture(scope="session")
+def mixgrpo() -> Path:
+    """MixGRPO's checkout (its FLUX trainer shares DanceGRPO's path and package name)."""
+    require_upstream_packages()
+    return upstream_checkout("MixGRPO", "OTCA_UPSTREAM_MIXGRPO", "fastvideo/train_grpo_flux.py")
+
+
 class SmokeRun:
     """One finished smoke run: smoke.json, the run log (if any), the recorded loss terms."""
 
