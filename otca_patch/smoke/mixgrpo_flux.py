@@ -26,7 +26,9 @@ import torch
 
 from ..config import OtcaConfig
 from .dancegrpo_flux import prompt_loader, tiny_transformer, tiny_vae
-from .harness import call_by_signature, enter_run_folder, finish, fsdp_wrap, load_upstream, optimizer_and_schedule, report_step
+from .harness import (call_by_signature, enter_run_folder, finish, fsdp_wrap, load_upstream, optimizer_and_schedule,
+                      report_step)
+from .sizes import RolloutSizes
 
 UPSTREAM_FILE = "fastvideo/train_grpo_flux.py"
 #: MixGRPO's ``--reward_model`` choices and the models its ``main`` builds for each, in its order
@@ -42,13 +44,9 @@ WEIGHT_FLAGS = {"HPSClipRewardModel": "hps_weight", "CLIPScoreRewardModel": "cli
 
 
 @dataclass
-class Sizes:
-    """Sizes and MixGRPO options of one smoke run (finetune_flux_grpo_MixGRPO.sh's, made tiny)."""
+class Sizes(RolloutSizes):
+    """The family's sizes and MixGRPO's options (finetune_flux_grpo_MixGRPO.sh's, made tiny)."""
 
-    steps: int = 2
-    sampling_steps: int = 6
-    num_generations: int = 4
-    image_size: int = 32
     training_strategy: str = "part"  # 'part' (sliding SDE window) or 'all' (shuffled steps)
     multi_reward_mix: str = "advantage_aggr"  # or 'reward_aggr'
     reward_model: str = "multi_reward"
@@ -67,12 +65,9 @@ class Sizes:
     image_reward_weight: float = 1.0
     pick_score_weight: float = 1.0
     unified_reward_weight: float = 1.0
-    learning_rate: float = 1e-4
     clip_range: float = 1e-4
     adv_clip_max: float = 5.0
     eta: float = 0.7
-    shift: float = 3.0
-    seed: int = 0
 
 
 def upstream_args(sizes: Sizes, url: str = "") -> argparse.Namespace:

@@ -232,8 +232,10 @@ def test_logged_credit_equals_the_engine_on_recomputed_inputs(runs, name, flags)
             assert all(a != b for a, b in zip(signs, signs[1:min(len(signs), 2 * min(signs.count(1), signs.count(-1)))]))
 
 
-def test_two_ranks_get_the_credit_one_process_would_give(mixgrpo, tmp_path):
-    run = smoke(mixgrpo, tmp_path / "ranks", "--steps", "1", "--record_terms", "--otca", nproc=2)
+@pytest.mark.parametrize("strategy", ["part", "all"])
+def test_two_ranks_get_the_credit_one_process_would_give(mixgrpo, tmp_path, strategy):
+    run = smoke(mixgrpo, tmp_path / "ranks", "--steps", "1", "--training_strategy", strategy, "--record_terms", "--otca",
+                nproc=2)
     by_rank = {r["rank"]: r for r in run.log if r["step"] == 1}
     assert sorted(by_rank) == [0, 1] and by_rank[0]["world_size"] == 2
     assert [g for rank in (0, 1) for g in by_rank[rank]["group_ids"]] == [0] * 4 + [1] * 4
