@@ -50,15 +50,18 @@ class Runtime:
         """``--otca_observe``: everything is computed and logged, upstream's values are trained."""
         return self.config.otca_observe
 
-    def bind_objectives(self, upstream_rewards: Optional[UpstreamRewards] = None, device=None) -> None:
-        """Load the objectives (registry models on ``--otca_reward_device``, else ``device``)."""
+    def bind_objectives(self, upstream_rewards: Optional[UpstreamRewards] = None, device=None,
+                        check_weights: bool = True) -> None:
+        """Load the objectives (registry models on ``--otca_reward_device``, else ``device``).
+        ``check_weights=False``: the weights' count is checked later (upstream's rewards not known yet)."""
         config = self.config
         if upstream_rewards is not None:
             self.upstream_rewards = upstream_rewards
         device = config.otca_reward_device or device or ("cuda" if torch.cuda.is_available() else "cpu")
         loaded = self.objectives.reward_set if self.objectives is not None else None  # a rebinding keeps them
         self.objectives = Objectives(config.otca_rewards, self.upstream_rewards, config.otca_reward_ckpt,
-                                     config.otca_reward_opt, device, weights=config.otca_objective_weights,
+                                     config.otca_reward_opt, device,
+                                     weights=config.otca_objective_weights if check_weights else None,
                                      reward_set=loaded)
 
     def describe(self) -> str:

@@ -28,10 +28,14 @@ class GrpoRuntime(Runtime):
     INTERNAL = Runtime.INTERNAL | {"assign_per_step", "group_ids", "progress", "rewards", "write_log", "final_state",
                                    "rebind_upstream"}
 
+    #: False for a trainer whose own flags choose its rewards (``rebind_upstream`` at its first step)
+    rewards_known_at_install = True
+
     def __init__(self, config):
         super().__init__(config)
         self.step_check = TrainedStepCheck()
-        self.bind_objectives()  # before upstream builds its models: a bad checkpoint stops the run early
+        # before upstream builds its models: a bad checkpoint stops the run early
+        self.bind_objectives(check_weights=self.rewards_known_at_install)
 
     def reset(self) -> None:
         super().reset()

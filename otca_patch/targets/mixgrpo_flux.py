@@ -49,6 +49,7 @@ class MixFluxRuntime(GrpoRuntime):
     """State of the layer inside one MixGRPO process (one rank)."""
 
     upstream_rewards = UpstreamRewards(columns=REWARD_MODELS)  # until the first step names the built ones
+    rewards_known_at_install = False
 
     def describe(self) -> str:
         text = super().describe()
