@@ -16,6 +16,7 @@ import argparse
 import concurrent.futures
 import http.server
 import json
+import math
 import sys
 import threading
 import types
@@ -120,13 +121,14 @@ def stand_in_imports() -> list:
 
 
 # ---- tiny scorers named as upstream's reward models
-def pixel_score(image, seed: int) -> float:
-    """A fixed random linear read-out of the image at 8x8 (a different one per reward model)."""
+def pixel_score(image, seed: int, centered: bool = False) -> float:
+    """A fixed random linear read-out of the image at 8x8 (a different one per reward model);
+    ``centered``: of the pixels minus their mean (a score around 0 whatever the brightness)."""
     import numpy as np
 
-    pixels = torch.from_numpy(np.asarray(image.convert("RGB").resize((8, 8)), dtype=np.float32) / 255.0)
+    pixels = torch.from_numpy(np.asarray(image.convert("RGB").resize((8, 8)), dtype=np.float32) / 255.0).flatten()
     weights = torch.randn(pixels.numel(), generator=torch.Generator().manual_seed(seed)) / 8.0
-    return float(pixels.flatten() @ weights)
+    return float((pixels - pixels.mean() if centered else pixels) @ weights)
 
 
 def scorer_class(name: str, seed: int, prompts_first: bool = False):
@@ -150,7 +152,7 @@ class EndpointStub(http.server.BaseHTTPRequestHandler):
         payload = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         url = next(part["image_url"]["url"] for part in payload["messages"][0]["content"] if part["type"] == "image_url")
         image = Image.open(io.BytesIO(base64.b64decode(url.split(",", 1)[1])))
-        score = 3.0 + max(-2.0, min(2.0, 8.0 * pixel_score(image, 5)))  # spread like the others' relative to size
+        score = 3.0 + 2.0 * math.tanh(4.0 * pixel_score(image, 5, centered=True))  # inside (1, 5), never clipped
         body = json.dumps({"choices": [{"message": {"content": f"Alignment Score (1-5): {score:.6f}"}}]}).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
