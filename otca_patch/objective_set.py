@@ -73,7 +73,8 @@ class Objectives:
     """Builds the ``[B, K]`` reward matrix of a batch, one column per objective in ``self.names``."""
 
     def __init__(self, names: Sequence[str], upstream: UpstreamRewards, checkpoints: Mapping, options: Mapping,
-                 device, weights: Optional[Sequence[float]] = None):
+                 device, weights: Optional[Sequence[float]] = None, reward_set=None):
+        """``reward_set``: the registry models already loaded for the same names (a rebinding keeps them)."""
         self.upstream = upstream
         entries = []  # (objective name, upstream key) for upstream's; (model name, REGISTRY) otherwise
         #: each name given -> the columns it stands for (``upstream`` -> upstream.vq, ...; ``videoalign`` -> ...)
@@ -92,7 +93,8 @@ class Objectives:
         if registry:
             from .rewards import RewardSet
 
-            self.reward_set = RewardSet(registry, checkpoints=dict(checkpoints), device=device, options=dict(options))
+            self.reward_set = reward_set if reward_set is not None else \
+                RewardSet(registry, checkpoints=dict(checkpoints), device=device, options=dict(options))
             self.columns_of.update({model: list(m.outputs) for model, m in zip(registry, self.reward_set.models)})
         self.names = tuple(column for name in names for column in self.columns_of[name])
         if len(set(self.names)) != len(self.names):

@@ -271,3 +271,21 @@ def test_an_environment_without_the_targets_fails_closed_only_when_it_asks_for_t
     done = run("--otca_mode tcd")  # flags without --otca: the layer is not asked for
     assert done.returncode == 0, done.stderr
     assert json.loads((upstream / "result.json").read_text())["advantages"] == [-2.0, -1.0, 3.0]
+
+
+def test_a_launch_script_that_starts_its_trainers_through_pdsh_is_refused_with_otca(tmp_path):
+    """MixGRPO's launch scripts run torchrun on every host through pdsh, which does not carry the
+    layer's environment: with --otca those trainers would run vanilla, so the launch stops first."""
+    script = tmp_path / "multi_node.sh"
+    script.write_text('# run multi-nodes with pdsh\npdsh -R ssh -w ^hosts "cd /x ; torchrun fastvideo/train_grpo_flux.py"\n')
+    done = subprocess.run([sys.executable, "-m", "otca_patch.launch.wrapper", str(script), "--otca"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 2
+    assert "through pdsh" in done.stderr and "would train vanilla" in done.stderr
+    assert "otca-patch launch --otca -- torchrun" in done.stderr and "OTCA_PATCH_ARGS=" in done.stderr
+    comment_only = tmp_path / "local.sh"  # a comment naming pdsh is not a remote launch
+    comment_only.write_text("# not pdsh here\ntrue\n")
+    done = subprocess.run([sys.executable, "-m", "otca_patch.launch.wrapper", str(comment_only), "--otca"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 0, done.stderr

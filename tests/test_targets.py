@@ -48,10 +48,13 @@ def test_ab_outputs_come_from_the_descriptor_of_the_launched_trainer(tmp_path):
     assert cwd_outputs(checkout, hunyuan) == ["videos", "vq_reward.txt", "mq_reward.txt"]
     flux = tmp_path / "flux.sh"
     flux.write_text("torchrun fastvideo/train_grpo_flux.py --seed 1\n")
-    assert cwd_outputs(checkout, flux) == ["images", "reward.txt"]
+    # an empty placeholder for the path DanceGRPO and MixGRPO share: its content picks neither spec, so
+    # both trainers' outputs are private (the snapshots' own files pick one: tests/upstream/test_mixgrpo_flux.py)
+    assert cwd_outputs(checkout, flux) == ["images", "reward.txt", "data/outputs"]
     other = tmp_path / "other.sh"
     other.write_text("python somewhere_else.py\n")  # names no target: every target's outputs in the checkout
-    assert set(cwd_outputs(checkout, other)) == {"images", "reward.txt", "videos", "vq_reward.txt", "mq_reward.txt"}
+    assert set(cwd_outputs(checkout, other)) == {"images", "reward.txt", "videos", "vq_reward.txt", "mq_reward.txt",
+                                                 "data/outputs"}
     with pytest.raises(ValueError, match="none of the targets' upstream files"):
         cwd_outputs(_checkout(tmp_path / "empty", "README.md"), other)
 
@@ -87,3 +90,29 @@ def test_observe_trains_upstreams_value_itself_and_otca_casts_to_it(tmp_path):
     assert observing.choose(otca, upstream) is upstream
     trained = FluxRuntime(config(tmp_path)).choose(otca, upstream)
     assert trained.dtype == torch.bfloat16 and torch.equal(trained, otca.to(torch.bfloat16))
+
+
+def test_mixgrpo_objectives_and_weights_come_from_the_reward_models_upstream_built(tmp_path):
+    """MixGRPO's own flags choose its reward models: the objectives and (unless given) their weights
+    are bound at its first training step, from the ``reward_weights`` it passes ``train_one_step``."""
+    from types import SimpleNamespace
+
+    from otca_patch.targets.mixgrpo_flux import MixFluxRuntime
+
+    built = {"HPSClipRewardModel": 0.4, "ImageRewardModel": 0.2, "PickScoreRewardModel": 0.2, "UnifiedRewardModel": 0.2}
+    aggr = SimpleNamespace(multi_reward_mix="advantage_aggr", trimmed_ratio=0.0)
+    runtime = MixFluxRuntime(config(tmp_path))
+    assert "each reward model MixGRPO builds" in runtime.describe()
+    runtime.bind_upstream_rewards(built, aggr)
+    assert runtime.objectives.names == tuple(f"upstream.{name}" for name in built)
+    assert runtime.credit_config.objective_weights == (0.4, 0.2, 0.2, 0.2)
+    named = tuple(f"upstream.{name}" for name in ("PickScoreRewardModel", "HPSClipRewardModel"))
+    given = MixFluxRuntime(config(tmp_path, otca_rewards=named, otca_objective_weights=(1.0, 3.0)))
+    given.bind_upstream_rewards(built, aggr)
+    assert given.objectives.names == named and given.credit_config.objective_weights == (1.0, 3.0)
+    summed = MixFluxRuntime(config(tmp_path))
+    summed.bind_upstream_rewards(built, SimpleNamespace(multi_reward_mix="reward_aggr", trimmed_ratio=0.0))
+    assert summed.objectives.names == ("upstream",) and summed.credit_config.objective_weights is None
+    with pytest.raises(ValueError, match="upstream.CLIPScoreRewardModel is not a reward this trainer computes"):
+        picked = MixFluxRuntime(config(tmp_path, otca_rewards=("upstream.CLIPScoreRewardModel",)))
+        picked.bind_upstream_rewards(built, aggr)

@@ -17,7 +17,8 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 #: the snapshot of each pinned upstream commit (the one the hook specs are verified on)
-PINNED_SNAPSHOTS = {"DanceGRPO": "DanceGRPO-15cc71d.tar.gz", "flow_grpo": "flow_grpo-ac4c86e.tar.gz"}
+PINNED_SNAPSHOTS = {"DanceGRPO": "DanceGRPO-15cc71d.tar.gz", "flow_grpo": "flow_grpo-ac4c86e.tar.gz",
+                    "MixGRPO": "MixGRPO-e5cdd6a.tar.gz"}
 
 
 def in_ci() -> bool:
@@ -36,7 +37,7 @@ def shared_dir() -> Path:
 
 
 def unpack_snapshot(archive_name: str) -> Path | None:
-    """The folder that ``shared/upstream/<archive_name>`` unpacks to (``DanceGRPO/``, ``flow_grpo/``),
+    """The folder that ``shared/upstream/<archive_name>`` unpacks to (``DanceGRPO/``, ``flow_grpo/``, ``MixGRPO/``),
     unpacked once per machine under the temporary directory; None when the archive is not there."""
     archive = shared_dir() / "upstream" / archive_name
     if not archive.is_file():
@@ -64,7 +65,7 @@ def _mkdir(path: Path) -> Path:
 
 
 def upstream_checkout(name: str, env_var: str, marker_file: str) -> Path:
-    """The checkout of upstream ``name`` (``DanceGRPO`` or ``flow_grpo``) holding ``marker_file``."""
+    """The checkout of upstream ``name`` (``DanceGRPO``, ``flow_grpo`` or ``MixGRPO``) holding ``marker_file``."""
     candidates = [Path(os.environ[env_var])] if os.environ.get(env_var) else []
     candidates.append(REPO / "upstream" / name)
     for candidate in candidates:

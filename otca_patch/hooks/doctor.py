@@ -10,6 +10,7 @@ from .checkout import check_upstream_dir
 from .coverage import coverage_lines
 from .explicit_targets import explicit_specs, not_overridden, resolve_in
 from .rewrite import check
+from .select import SpecChoiceError, choose_spec
 from .source import file_sha256, read_source
 from .spec import TargetSpec, default_patches_dir, load_specs
 
@@ -42,20 +43,39 @@ def identity_line(spec: TargetSpec, digest: str, holds: bool = True, tails: dict
     return line
 
 
-def diagnose(upstream_dir: Path, specs: list[TargetSpec]) -> tuple[list[dict], bool]:
-    """One row per hook of every spec whose file exists in ``upstream_dir``; and whether all hold."""
-    rows, all_hold, seen = [], True, 0
-    for spec in specs:
-        path = upstream_dir / spec.file
+def applicable(upstream_dir: Path, specs: list[TargetSpec]) -> tuple[list[tuple[TargetSpec, str]], bool]:
+    """``[(spec, why)]`` to check in ``upstream_dir``: per file that exists, the spec its content picks
+    (``select.choose_spec``: several upstreams can share a path), or, when none or several hold,
+    every candidate with the error naming them; and whether every file picked one spec."""
+    chosen, picked = [], True
+    for file in dict.fromkeys(spec.file for spec in specs):
+        path = upstream_dir / file
         if not path.is_file():
             continue
+        mine = [spec for spec in specs if spec.file == file]
+        try:
+            choice = choose_spec(path, mine)
+        except SpecChoiceError as exc:
+            picked = False
+            chosen += [(spec, f"ERROR: {exc}") for spec in mine]
+            continue
+        chosen.append((choice.spec, choice.reason if len(mine) > 1 else ""))
+    return chosen, picked
+
+
+def diagnose(upstream_dir: Path, specs: list[TargetSpec]) -> tuple[list[dict], bool]:
+    """One row per hook of the spec picked for each targeted file in ``upstream_dir``; and whether all hold."""
+    rows, seen = [], 0
+    chosen, all_hold = applicable(upstream_dir, specs)
+    for spec, why in chosen:
+        path = upstream_dir / spec.file
         seen += 1
         digest = file_sha256(str(path))
         try:
             statuses = check(read_source(str(path)), spec, str(path))
         except SyntaxError as exc:
             rows.append({"target": spec.name, "file": spec.file, "hook": "-", "function": "-", "anchor": "-",
-                         "spec": spec, "kind": "file",
+                         "spec": spec, "kind": "file", "chosen": why,
                          "status": f"FAIL: file does not parse ({exc.msg}, line {exc.lineno})",
                          "sha256": digest, "verified_sha256": spec.verified_sha256,
                          "verified_commit": spec.verified_commit})
@@ -63,7 +83,7 @@ def diagnose(upstream_dir: Path, specs: list[TargetSpec]) -> tuple[list[dict], b
             continue
         for status in statuses:
             all_hold &= status.ok
-            rows.append({"target": spec.name, "file": spec.file, "hook": status.hook.name, "spec": spec,
+            rows.append({"target": spec.name, "file": spec.file, "hook": status.hook.name, "spec": spec, "chosen": why,
                          "kind": "pin" if status.hook.is_pin else "hook", "tails": status.tails,
                          "function": status.hook.function, "anchor": status.hook.anchor,
                          "status": "ok" if status.ok else f"FAIL: {status.problem}",
@@ -78,10 +98,13 @@ def diagnose(upstream_dir: Path, specs: list[TargetSpec]) -> tuple[list[dict], b
 def format_report(upstream_dir: Path, rows: list[dict]) -> str:
     commit = checkout_commit(upstream_dir)
     lines = [f"upstream checkout: {upstream_dir} (commit {commit})", ""]
-    for file in dict.fromkeys(row["file"] for row in rows):
-        mine = [r for r in rows if r["file"] == file]
+    for target, file in dict.fromkeys((row["target"], row["file"]) for row in rows):  # a --otca_target copy apart
+        mine = [r for r in rows if r["target"] == target and r["file"] == file]
         first = mine[0]
         lines.append(f"{first['target']}: {file}")
+        lines.append(f"  spec {first['spec'].path} (upstream {first['spec'].upstream})"
+                     + (f"; picked: {first['chosen']}" if first["chosen"] and not first["chosen"].startswith("ERROR")
+                        else ""))
         lines.append("  " + identity_line(first["spec"], first["sha256"], all(r["status"] == "ok" for r in mine),
                                           {r["hook"]: r.get("tails", ()) for r in mine}))
         width = max(len(r["hook"]) for r in mine)
@@ -110,10 +133,12 @@ def main(argv=None) -> int:
         return 2
     print(format_report(args.upstream_dir, rows))
     failed = sum(not r["status"].startswith("ok") for r in rows)
-    print(f"{len(rows) - failed} of {len(rows)} hook points hold" + ("" if all_hold else
+    print(f"{len(rows) - failed} of {len(rows)} hook points hold" + ("" if not failed else
           f"; {failed} need a new spec before --otca can run on this checkout"))
     for line in verdicts(rows):
         print(line)
+    for error in dict.fromkeys(r["chosen"] for r in rows if r["chosen"].startswith("ERROR")):
+        print(f"otca-patch doctor: {error}")
     for line in coverage_lines(args.upstream_dir, specs, explicit):
         print(line)
     return 0 if all_hold else 1

@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from ..suggest import did_you_mean
-from .spec import TargetSpec, spec_for_script
+from .select import SpecChoice, spec_choice_for_script
+from .spec import TargetSpec
 
 FLAG = "--otca_target"
 
@@ -47,14 +48,21 @@ def explicit_specs(chosen: Mapping[str, str], specs: Sequence[TargetSpec], base:
     return applied
 
 
-def spec_for(script: str | os.PathLike, chosen: Mapping[str, str], specs: Sequence[TargetSpec]) -> TargetSpec | None:
-    """The spec a process running ``script`` applies: the one ``--otca_target`` names for this file,
-    else the spec whose upstream path it is, else ``None``."""
+def spec_choice_for(script: str | os.PathLike, chosen: Mapping[str, str],
+                    specs: Sequence[TargetSpec]) -> SpecChoice | None:
+    """The spec a process running ``script`` applies, and why: the one ``--otca_target`` names for this
+    file, else the spec its upstream path and content pick (``select``), else ``None``."""
     script = resolve(str(script))
     for path, name in chosen.items():
         if resolve(path) == script:
-            return replace(spec_named(name, specs), file=str(script))
-    return spec_for_script(script, list(specs))
+            return SpecChoice(replace(spec_named(name, specs), file=str(script)), f"named by {FLAG}")
+    return spec_choice_for_script(script, list(specs))
+
+
+def spec_for(script: str | os.PathLike, chosen: Mapping[str, str], specs: Sequence[TargetSpec]) -> TargetSpec | None:
+    """``spec_choice_for``'s spec alone."""
+    choice = spec_choice_for(script, chosen, specs)
+    return None if choice is None else choice.spec
 
 
 def not_overridden(specs: Sequence[TargetSpec], explicit: Sequence[TargetSpec], checkout: Path) -> list[TargetSpec]:

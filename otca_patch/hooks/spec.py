@@ -162,8 +162,9 @@ def load_specs(directory: str | os.PathLike | None = None) -> list[TargetSpec]:
 
 
 def spec_for_script(script: str | os.PathLike, specs: list[TargetSpec] | None = None) -> TargetSpec | None:
-    """The spec whose upstream file is ``script``, or ``None`` when the layer does not target it."""
-    for spec in specs if specs is not None else load_specs():
-        if spec.matches_script(script):
-            return spec
-    return None
+    """The spec for upstream file ``script``, or ``None`` when the layer does not target it. Where
+    several specs share the path, the file's content picks one (``select.choose_spec``)."""
+    from .select import spec_choice_for_script
+
+    choice = spec_choice_for_script(script, specs)
+    return None if choice is None else choice.spec

@@ -14,10 +14,11 @@ from ..hooks.spec import TargetSpec
 from ..targets.registry import target_of
 
 
-def _install_runtime(spec: TargetSpec, config: OtcaConfig, namespace: dict, path: str):
+def _install_runtime(spec: TargetSpec, config: OtcaConfig, namespace: dict, path: str, chosen: str = ""):
     runtime = target_of(spec).install(config)
     if getattr(runtime, "spec", None) is None:
         runtime.spec = spec  # run-time invariants name the file and spec
+    runtime.spec_chosen = chosen  # why this spec (several upstreams share a path): in the run log
     namespace[RUNTIME_NAME] = runtime
     # every rank or none: checked once the trainer's process group exists, before any rollout
     rank_check.arm(rank_check.entry(config, spec, path), config.otca_rank_check_timeout, spec.file)
@@ -36,23 +37,27 @@ def checked_code(path: str, spec: TargetSpec):
     return code
 
 
-def load_patched_module(path: str, spec: TargetSpec, config: OtcaConfig, module_name: str):
+def load_patched_module(path: str, spec: TargetSpec, config: OtcaConfig, module_name: str, chosen: str = ""):
     """Import the upstream file at ``path`` as ``module_name`` with ``spec`` applied.
 
     The module-level code runs (definitions, imports) but not its ``__main__`` block. Raises
-    ``PatchError`` before executing anything when an anchor does not hold.
+    ``PatchError`` before executing anything when an anchor does not hold. ``chosen``: why ``spec``
+    (``select.SpecChoice.reason``), printed and logged.
     """
     path = os.path.abspath(path)
     code = checked_code(path, spec)
+    if chosen:
+        print(f"otca-patch: {spec.file}: spec {os.path.relpath(spec.path)} (target {spec.name}, upstream "
+              f"{spec.upstream}): {chosen}", file=sys.stderr, flush=True)
     module = types.ModuleType(module_name)
     module.__file__ = path
     sys.modules[module_name] = module
-    _install_runtime(spec, config, module.__dict__, path)
+    _install_runtime(spec, config, module.__dict__, path, chosen)
     exec(code, module.__dict__)
     return module
 
 
-def prepare_main(script: str, argv: list[str], spec: TargetSpec, config: OtcaConfig):
+def prepare_main(script: str, argv: list[str], spec: TargetSpec, config: OtcaConfig, chosen: str = ""):
     """Everything before ``script`` runs as ``__main__`` with ``spec`` applied: the checked code, a
     fresh ``__main__`` with the runtime installed, ``sys.argv`` and ``sys.path[0]`` as ``python script
     ARGS`` sets them. Returns (code, namespace); raises (``PatchError``, ``ValueError``, ...) before
@@ -62,12 +67,13 @@ def prepare_main(script: str, argv: list[str], spec: TargetSpec, config: OtcaCon
     main = types.ModuleType("__main__")
     main.__file__ = path
     main.__builtins__ = __builtins__
-    runtime = _install_runtime(spec, config, main.__dict__, path)
+    runtime = _install_runtime(spec, config, main.__dict__, path, chosen)
     sys.modules["__main__"] = main
     sys.argv = [script, *argv]
     sys.path[0] = os.path.dirname(path)  # as for `python script`: the script's folder first
-    print(f"otca-patch: running {spec.file} rewritten by {os.path.relpath(spec.path)} "
-          f"({len(spec.hooks)} hooks, {len(spec.pins)} pins; {runtime.describe()})", file=sys.stderr, flush=True)
+    print(f"otca-patch: running {spec.file} rewritten by {os.path.relpath(spec.path)} (target {spec.name}, "
+          f"upstream {spec.upstream}{': ' + chosen if chosen else ''}; "
+          f"{len(spec.hooks)} hooks, {len(spec.pins)} pins; {runtime.describe()})", file=sys.stderr, flush=True)
     return code, main.__dict__
 
 

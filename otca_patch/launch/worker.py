@@ -55,16 +55,16 @@ def main(argv=None, command: str | None = None) -> int:
         if not config.active:
             run_untouched(script, upstream_argv)  # no --otca: the upstream file runs untouched
             return 0
-        from ..hooks.explicit_targets import spec_for
+        from ..hooks.explicit_targets import spec_choice_for
         from ..hooks.spec import load_specs
         from .runner import prepare_main
 
-        spec = spec_for(script, config.otca_target, load_specs())
-        if spec is None:
+        choice = spec_choice_for(script, config.otca_target, load_specs())
+        if choice is None:
             raise ValueError(f"{script} is not an upstream file that otca-patch has hook points for "
                              f"(`otca-patch doctor` lists them; for a copy of one, add --otca_target NAME={script})")
-        code, namespace = prepare_main(script, upstream_argv, spec, config)
-        record_targeted(script, spec)
+        code, namespace = prepare_main(script, upstream_argv, choice.spec, config, choice.reason)
+        record_targeted(script, choice.spec)
     except Exception as exc:  # before the script starts: every failure stops the process, clearly
         print(f"{command}: error: {exc}", file=sys.stderr)
         return 2

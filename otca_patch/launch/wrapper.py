@@ -32,6 +32,7 @@ from ..config import ENV_ARGS, OtcaConfig, parse_otca_args
 from ..hooks.errors import PatchError
 from ..hooks.explicit_targets import explicit_specs, not_overridden
 from ..hooks.rewrite import compile_target
+from ..hooks.select import choose_spec
 from ..hooks.source import read_source
 from ..hooks.spec import TargetSpec, load_specs
 from .worker import COMMAND_VARIABLE, RECORD_VARIABLE
@@ -50,13 +51,13 @@ def preflight(launch_script: Path, workdir: Path, text: str | None, specs: list[
     checked; raises ``PatchError``."""
     text = launch_script.read_text(errors="replace") if text is None else text
     checked = []
-    for spec in specs:
-        if not re.search(re.escape(spec.file) + r"\b", text):
+    for file in dict.fromkeys(spec.file for spec in specs):  # a path several upstreams share: its content picks
+        path = workdir / file
+        if not re.search(re.escape(file) + r"\b", text) or not path.is_file():
             continue
-        path = workdir / spec.file
-        if path.is_file():
-            compile_target(read_source(str(path)), spec, str(path))
-            checked.append(spec.file)
+        choice = choose_spec(path, [spec for spec in specs if spec.file == file])
+        compile_target(read_source(str(path)), choice.spec, str(path))
+        checked.append(f"{file} [{choice.spec.name}]")
     return checked
 
 
@@ -161,6 +162,16 @@ def usage() -> str:
             f"{__doc__.strip()}\n\nflags:\n{flags}")
 
 
+def remote_launcher(text: str) -> str:
+    """``pdsh`` / ``ssh`` when a launch script starts its commands on other hosts (MixGRPO's scripts
+    use ``pdsh``), else ``""``: those processes do not inherit the layer's environment."""
+    for line in text.splitlines():
+        found = re.search(r"(?:^|[;&|(`]|\s)(pdsh|ssh)\s", line.split("#", 1)[0])
+        if found:
+            return found.group(1)
+    return ""
+
+
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
@@ -184,6 +195,13 @@ def main(argv=None) -> int:
         return error(f"before -- only otca-patch flags go, got {shlex.join(rest)}")
     if launch_script is not None:
         command = ["bash", str(launch_script), *rest]
+        remote = remote_launcher(launch_script.read_text(errors="replace"))
+        if config.active and remote:
+            return error(f"{launch_script} starts its trainers through {remote}, which does not pass "
+                         f"this environment to the processes it starts: they would train vanilla. Run each node's "
+                         f"command as `{PROG} {shlex.join(config.to_argv())} -- torchrun ...`, or put "
+                         f"`export {ENV_ARGS}={shlex.quote(shlex.join(config.to_argv()))} PYTHONPATH={STARTUP_DIR}:$PYTHONPATH` "
+                         f"into its remote command")
     env = dict(os.environ)
     if not config.active:
         print(f"{PROG}: no --otca / --otca_observe: running the upstream script untouched", file=sys.stderr)

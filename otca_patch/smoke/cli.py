@@ -2,9 +2,9 @@
 (also ``python -m otca_patch.smoke ...``, so ``torchrun -m`` / ``accelerate launch -m`` work):
 run the real upstream trainer step on the CPU with tiny models, with or without the layer.
 
-UPSTREAM_DIR is a DanceGRPO or FlowGRPO checkout (e.g. upstream/DanceGRPO); --target picks
-dancegrpo-flux (the default for DanceGRPO) or another smoke target (see --target's choices;
-dancegrpo-wan22 needs --otca or --otca_observe).
+UPSTREAM_DIR is a DanceGRPO, FlowGRPO or MixGRPO checkout (e.g. upstream/DanceGRPO); --target picks
+dancegrpo-flux (the default for DanceGRPO; mixgrpo-flux for MixGRPO, told by the file's content) or
+another smoke target (see --target's choices; dancegrpo-wan22 needs --otca or --otca_observe).
 Without --otca the upstream file runs unpatched; with --otca alone the objectives are upstream's
 reward and a tiny CLIP-T from the reward registry. Upstream's own outputs (images/, reward.txt),
 the run log and smoke.json ({"otca": bool, "steps": [{"loss": x, "grad_norm": y}, ...]}) land in
@@ -67,10 +67,21 @@ def load_probe(text: str):
 
 
 def detect_target(upstream_dir: Path, targets: dict) -> str:
-    """The first smoke target whose upstream file exists in ``upstream_dir``."""
+    """The first smoke target whose upstream file exists in ``upstream_dir`` (where several upstreams
+    share the file, the one whose spec its content picks)."""
+    from ..hooks.select import SpecChoiceError, choose_spec
+
     for name, (spec, _) in targets.items():
-        if (upstream_dir / spec.file).is_file():
-            return name
+        path = upstream_dir / spec.file
+        if not path.is_file():
+            continue
+        sharing = list({id(s): s for s, _ in targets.values() if s.file == spec.file}.values())
+        try:
+            if len(sharing) > 1 and choose_spec(path, sharing).spec is not spec:
+                continue
+        except SpecChoiceError:
+            pass
+        return name
     raise ValueError(f"{upstream_dir} holds none of the smoke targets' files "
                      f"({', '.join(spec.file for spec, _ in targets.values())}); pass an upstream checkout")
 

@@ -17,27 +17,18 @@ from ..config import OtcaConfig
 from .environment import smoke_device
 from .harness import (call_by_signature, device_loader, enter_run_folder, finish, fsdp_wrap, load_upstream,
                       on_device, optimizer_and_schedule, report_step)
+from .sizes import IMAGE_PROMPTS, RolloutSizes
 
 UPSTREAM_FILE = "fastvideo/train_grpo_flux.py"
-PROMPTS = ("a red circle on a white background", "a blue square in the snow", "a green triangle at night",
-           "a yellow star over the sea")
+PROMPTS = IMAGE_PROMPTS
 
 
 @dataclass
-class Sizes:
-    """Sizes of one smoke run; small enough for seconds per step on 2 CPU cores."""
+class Sizes(RolloutSizes):
+    """The family's sizes (latents image_size / 8, packed 2x2 into 64 channels) and the PPO clips."""
 
-    steps: int = 2
-    sampling_steps: int = 6
-    num_generations: int = 4
-    image_size: int = 32  # pixels; latents are image_size / 8, packed 2x2 into 64 channels
-    timestep_fraction: float = 0.6
-    learning_rate: float = 1e-4
     clip_range: float = 1e-4
     adv_clip_max: float = 5.0
-    eta: float = 0.3
-    shift: float = 3.0
-    seed: int = 0
 
 
 def upstream_args(sizes: Sizes) -> argparse.Namespace:

@@ -27,28 +27,19 @@ from .environment import smoke_device
 from .harness import (call_by_signature, cast_inputs_to_weights, device_loader, enter_run_folder,
                       finish, fsdp_wrap, load_upstream, on_device, optimizer_and_schedule,
                       report_step)
+from .sizes import VIDEO_PROMPTS, RolloutSizes
 
 UPSTREAM_FILE = "fastvideo/train_grpo_hunyuan.py"
-PROMPTS = ("a red ball rolling on grass", "a blue car driving in the snow", "a green kite in the wind",
-           "a yellow boat on the sea")
+PROMPTS = VIDEO_PROMPTS
 
 @dataclass
-class Sizes:
-    """Sizes of one smoke run; small enough for seconds per step on 2 CPU cores."""
+class Sizes(RolloutSizes):
+    """The family's sizes plus best-of-n, VideoAlign's loss coefficients and the video length."""
 
-    steps: int = 2
-    sampling_steps: int = 6
-    num_generations: int = 4
     bestofn: int = 4  # upstream's best-of-n; == num_generations keeps every sample
     vq_coef: float = 1.0
     mq_coef: float = 1.0
-    image_size: int = 32  # pixels; latents are image_size / 8
     frames: int = 5  # video frames; latents have (frames - 1) / 4 + 1
-    timestep_fraction: float = 0.6
-    learning_rate: float = 1e-4
-    eta: float = 0.3
-    shift: float = 3.0
-    seed: int = 0
 
 
 def upstream_args(sizes: Sizes) -> argparse.Namespace:

@@ -26,28 +26,27 @@ from pathlib import Path
 import torch
 
 from ..config import OtcaConfig
+from .sizes import IMAGE_PROMPTS, SmokeSizes
 from .flowgrpo_sd3 import TrainingProbe
 from .harness import enter_run_folder, finish, load_upstream, report_step
 
 UPSTREAM_FILE = "fastvideo/train_grpo_sd.py"
 LAUNCH_CONFIG = "fastvideo/config_sd/dgx.py:hpsv2"  # what finetune_sd_grpo.sh passes
-PROMPTS = ("a red circle on a white background", "a blue square in the snow", "a green triangle at night",
-           "a yellow star over the sea", "a photo of a cat in the snow", "a photo of a dog at night",
-           "a white star on a blue background", "a green circle over the sea")
+PROMPTS = IMAGE_PROMPTS + ("a photo of a cat in the snow", "a photo of a dog at night",
+                           "a white star on a blue background", "a green circle over the sea")
 
 
 @dataclass
-class Sizes:
-    """Sizes of one smoke run (upstream's dgx.py:hpsv2 with small numbers)."""
+class Sizes(SmokeSizes):
+    """Sizes of one smoke run (upstream's dgx.py:hpsv2 with small numbers; steps are epochs: one rollout
+    of 1 prompt x num_generations images per rank, then training)."""
 
-    steps: int = 2  # epochs: one rollout of 1 prompt x num_generations images per rank, then training
     sampling_steps: int = 4
     num_generations: int = 4
     train_batch_size: int = 1  # upstream asserts sample.batch_size (1 prompt) >= train.batch_size
     gradient_accumulation_steps: int = 4  # one optimizer step per epoch
     timestep_fraction: float = 0.75  # trains int((S-1) * fraction) columns
     num_inner_epochs: int = 1
-    learning_rate: float = 1e-4
     seed: int = 42
 
     @property

@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 
 from ..config import OtcaConfig
+from .sizes import RolloutSizes
 from .dancegrpo_hunyuan import StubVideoAlign, prompt_loader, tiny_transformer, tiny_vae
 from .environment import smoke_device
 from .harness import (call_by_signature, cast_inputs_to_weights, device_loader, enter_run_folder,
@@ -32,20 +33,12 @@ UPSTREAM_FILE = "fastvideo/train_grpo_skyreels_i2v.py"
 
 
 @dataclass
-class Sizes:
-    """Sizes of one smoke run; small enough for seconds per step on 2 CPU cores."""
+class Sizes(RolloutSizes):
+    """The family's sizes plus the video length and classifier-free guidance."""
 
-    steps: int = 2
-    sampling_steps: int = 6
-    num_generations: int = 4
-    image_size: int = 32  # pixels; latents are image_size / 8
     frames: int = 5  # video frames; latents have (frames - 1) / 4 + 1
-    timestep_fraction: float = 0.6
-    learning_rate: float = 1e-4
-    eta: float = 0.3
     shift: float = 7.0
     cfg_infer: float = 5.0
-    seed: int = 0
 
 
 def upstream_args(sizes: Sizes) -> argparse.Namespace:

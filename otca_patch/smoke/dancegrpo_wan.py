@@ -19,33 +19,25 @@ from pathlib import Path
 import torch
 
 from ..config import OtcaConfig
+from .sizes import VIDEO_PROMPTS, RolloutSizes
 from .dancegrpo_flux import upstream_hps_reward
 from .environment import smoke_device
 from .harness import (call_by_signature, cast_inputs_to_weights, enter_run_folder, finish,
                       load_upstream, on_device, optimizer_and_schedule, report_step)
 
 UPSTREAM_FILE = "fastvideo/train_grpo_wan_2_1.py"
-PROMPTS = ("a red ball rolling on grass", "a blue car driving in the snow", "a green kite in the wind",
-           "a yellow boat on the sea")
+PROMPTS = VIDEO_PROMPTS
 
 
 @dataclass
-class Sizes:
-    """Sizes of one smoke run; small enough for seconds per step on 2 CPU cores."""
+class Sizes(RolloutSizes):
+    """The family's sizes plus the video length, the PPO clips and classifier-free guidance."""
 
-    steps: int = 2
-    sampling_steps: int = 6
-    num_generations: int = 4
-    image_size: int = 32  # pixels; latents are image_size / 8
-    frames: int = 5  # pixels frames; latents have (frames - 1) / 4 + 1
-    timestep_fraction: float = 0.6
+    frames: int = 5  # video frames; latents have (frames - 1) / 4 + 1
     learning_rate: float = 1e-3
     clip_range: float = 1e-4
     adv_clip_max: float = 5.0
-    eta: float = 0.3
-    shift: float = 3.0
     cfg_infer: float = 5.0
-    seed: int = 0
 
 
 def upstream_args(sizes: Sizes) -> argparse.Namespace:

@@ -25,15 +25,14 @@ from pathlib import Path
 from ..config import OtcaConfig
 from ..files import atomic_write_text
 from .environment import smoke_device
+from .sizes import IMAGE_PROMPTS, SmokeSizes
 
 UPSTREAM_FILE = "scripts/train_sd3.py"
-PROMPTS = ("a red circle on a white background", "a blue square in the snow", "a green triangle at night",
-           "a yellow star over the sea")
+PROMPTS = IMAGE_PROMPTS
 @dataclass
-class Sizes:
-    """Sizes of one smoke run: seconds per epoch on 2 CPU cores."""
+class Sizes(SmokeSizes):
+    """Sizes of one smoke run: seconds per epoch on 2 CPU cores (steps are epochs: sampling + training)."""
 
-    steps: int = 2  # epochs (sampling + training)
     num_steps: int = 4  # sampling steps S
     timestep_fraction: float = 0.75  # trains T = int(S * fraction) steps
     resolution: int = 16

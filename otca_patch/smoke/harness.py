@@ -21,24 +21,29 @@ def load_upstream(upstream_dir: Path, relative_file: str, config: OtcaConfig, mo
     with or without the layer, so both sides of an A/B run the same file."""
     from dataclasses import replace
 
-    from ..hooks.explicit_targets import resolve_in
-    from ..hooks.spec import spec_for_script
+    from ..hooks.explicit_targets import FLAG, resolve_in, spec_named
+    from ..hooks.select import spec_choice_for_script
+    from ..hooks.spec import load_specs
 
     path = upstream_dir / relative_file
-    spec = spec_for_script(path)
+    # the spec the file's content picks (several upstreams share a path); a file no spec holds on
+    # stops an --otca run here, before anything loads
+    choice = spec_choice_for_script(path) if path.is_file() and config.active else None
+    spec, reason = (choice.spec, choice.reason) if choice is not None else (None, "")
     for chosen, name in config.otca_target.items():
-        if spec is not None and name == spec.name:
+        named = spec_named(name, load_specs())
+        if named.file == relative_file:  # a copy of this smoke's trainer replaces it
             path = resolve_in(chosen, upstream_dir)
-            spec = replace(spec, file=str(path))
+            spec, reason = replace(named, file=str(path)), f"named by {FLAG}"
     if not path.is_file():
-        raise SystemExit(f"otca-patch smoke: error: {path} does not exist; pass a DanceGRPO checkout")
+        raise SystemExit(f"otca-patch smoke: error: {path} does not exist; pass an upstream checkout that has it")
     sys.path.insert(0, str(upstream_dir))
     if config.active:
         from ..launch.runner import load_patched_module
 
         from . import meter
 
-        module = load_patched_module(str(path), spec, config, module_name)
+        module = load_patched_module(str(path), spec, config, module_name, reason)
         meter.install(module, Path.cwd())  # the run folder (OTCA_SMOKE_METER=1 only)
         return module
     spec = importlib.util.spec_from_file_location(module_name, path)

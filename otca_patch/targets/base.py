@@ -36,9 +36,11 @@ class Runtime:
     #: where upstream's wandb log of a step falls relative to ``write_record`` ("next": after it, as
     #: DanceGRPO's loop; "current": before it); see ``monitoring``
     upstream_logs_step = "current"
+    #: why the runner picked ``spec`` for the file (several upstreams can share a path): in the run log
+    spec_chosen = ""
     #: public methods no hook point calls: the runtime calls them itself, or tests and tools do
     INTERNAL = frozenset({"describe", "reset", "bind_objectives", "credit", "choose", "credit_record",
-                          "write_record", "number_groups", "observing", "place_objectives"})
+                          "write_record", "number_groups", "observing", "place_objectives", "spec_record"})
 
     def __init__(self, config: OtcaConfig):
         self.config = config
@@ -55,15 +57,20 @@ class Runtime:
         """``--otca_observe``: everything is computed and logged, upstream's values are trained."""
         return self.config.otca_observe
 
-    def bind_objectives(self, upstream_rewards: Optional[UpstreamRewards] = None, device=None) -> None:
+    def bind_objectives(self, upstream_rewards: Optional[UpstreamRewards] = None, device=None,
+                        check_weights: bool = True) -> None:
         """Load the objectives: registry models on ``--otca_reward_device``, else ``device`` (the
-        trainer's, when known), else this rank's GPU ``cuda:{LOCAL_RANK}`` (``devices.reward_device``)."""
+        trainer's, when known), else this rank's GPU ``cuda:{LOCAL_RANK}`` (``devices.reward_device``).
+        ``check_weights=False``: the weights' count is checked later (upstream's rewards not known yet)."""
         config = self.config
         if upstream_rewards is not None:
             self.upstream_rewards = upstream_rewards
         device = reward_device(config.otca_reward_device, device)
+        loaded = self.objectives.reward_set if self.objectives is not None else None  # a rebinding keeps them
         self.objectives = Objectives(config.otca_rewards, self.upstream_rewards, config.otca_reward_ckpt,
-                                     config.otca_reward_opt, device, weights=config.otca_objective_weights)
+                                     config.otca_reward_opt, device,
+                                     weights=config.otca_objective_weights if check_weights else None,
+                                     reward_set=loaded)
 
     def place_objectives(self, device) -> None:
         """Before each scoring: registry models follow the device upstream's tensors are on (unless
@@ -139,7 +146,7 @@ class Runtime:
         record = {
             "step": self.step, "rank": rank, "world_size": size, "mode": self.credit_config.mode,
             "observe": self.observing, "config": self.credit_config.to_dict(),
-            "objectives": list(self.objectives.names), **self.record, **fields_,
+            "objectives": list(self.objectives.names), "spec": self.spec_record(), **self.record, **fields_,
         }
         if self.spec is not None:  # which spec was applied to which file (a --otca_target copy included)
             record["target"] = {"spec": self.spec.name, "file": self.spec.file}
@@ -148,6 +155,14 @@ class Runtime:
         self.log.write(record)
         self._to_wandb(rank, record["summary"], wandb_step)
         return True
+
+    def spec_record(self) -> Optional[dict]:
+        """Which spec rewrote the file, and why it was picked (``None`` outside a rewritten run)."""
+        spec = self.spec
+        if spec is None:
+            return None
+        return {"target": spec.name, "upstream": spec.upstream, "file": spec.file, "path": spec.path,
+                "chosen": self.spec_chosen}
 
     def _to_wandb(self, rank: int, summary: dict, step: Optional[int]) -> None:
         """This step's ``otca/`` numbers on upstream's wandb row of the same step (``monitoring``)."""

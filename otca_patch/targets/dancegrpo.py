@@ -26,20 +26,42 @@ STEP_KEY = "otca_advantages"
 class GrpoRuntime(Runtime):
     """State of the layer inside one DanceGRPO process (one rank)."""
 
-    INTERNAL = Runtime.INTERNAL | {"assign_per_step", "group_ids", "progress", "rewards", "write_log", "final_state"}
+    INTERNAL = Runtime.INTERNAL | {"assign_per_step", "group_ids", "progress", "rewards", "write_log", "final_state",
+                                   "rebind_upstream"}
     #: DanceGRPO's loop logs ``wandb.log({...}, step=step)`` after ``train_one_step`` returns
     upstream_logs_step = "next"
+    #: False for a trainer whose own flags choose its rewards (``rebind_upstream`` at its first step)
+    rewards_known_at_install = True
 
     def __init__(self, config):
         super().__init__(config)
         self.step_check = TrainedStepCheck()
-        self.bind_objectives()  # before upstream builds its models: a bad checkpoint stops the run early
+        # before upstream builds its models: a bad checkpoint stops the run early
+        self.bind_objectives(check_weights=self.rewards_known_at_install)
 
     def reset(self) -> None:
         super().reset()
         self.trained_steps = None
         self.samples, self.prompts = [], []
         self.final_predictions = []
+
+    def rebind_upstream(self, upstream_rewards, weights=None) -> bool:
+        """For a trainer whose rewards are known only when it runs (its own flags choose its reward
+        models): bind the objectives to ``upstream_rewards`` (registry models stay loaded) and, unless
+        ``--otca_objective_weights`` was given, weigh each upstream objective by ``weights[its key]``
+        (registry objectives: 1). Returns whether anything changed (the first call, or new rewards)."""
+        import dataclasses
+
+        key = (upstream_rewards.columns, upstream_rewards.plain, None if weights is None else tuple(weights.items()))
+        if getattr(self, "_bound_upstream", None) == key:
+            return False
+        self._bound_upstream = key
+        self.bind_objectives(upstream_rewards)
+        if weights is not None and self.config.otca_objective_weights is None:
+            keys = self.objectives.keys
+            mapped = tuple(float(weights.get(keys.get(name), 1.0)) for name in self.objectives.names)
+            self.credit_config = dataclasses.replace(self.credit_config, objective_weights=mapped)
+        return True
 
     # ---- hook: collect_final_prediction (the sampler, after each rollout chunk)
     def collect_final_prediction(self, prediction: torch.Tensor) -> None:

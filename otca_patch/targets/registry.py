@@ -28,5 +28,19 @@ def all_targets(patches_dir: Optional[Path] = None) -> list:
 
 
 def targets_in(checkout: Path, patches_dir: Optional[Path] = None) -> list:
-    """``[(spec, Target)]`` of the targets whose upstream file exists in ``checkout``."""
-    return [(spec, target) for spec, target in all_targets(patches_dir) if (Path(checkout) / spec.file).is_file()]
+    """``[(spec, Target)]`` of the targets whose upstream file exists in ``checkout``. Where several
+    specs share a path, the one the file's content picks (``hooks.select``); when it picks none,
+    every candidate (their outputs are all made private, say)."""
+    from ..hooks.select import SpecChoiceError, choose_spec
+
+    present = [(spec, target) for spec, target in all_targets(patches_dir) if (Path(checkout) / spec.file).is_file()]
+    kept = []
+    for spec, target in present:
+        sharing = [other for other, _ in present if other.file == spec.file]
+        try:
+            if len(sharing) > 1 and choose_spec(Path(checkout) / spec.file, sharing).spec is not spec:
+                continue
+        except SpecChoiceError:
+            pass
+        kept.append((spec, target))
+    return kept

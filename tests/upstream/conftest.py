@@ -32,6 +32,13 @@ def dancegrpo() -> Path:
     return upstream_checkout("DanceGRPO", "OTCA_UPSTREAM_DANCEGRPO", "fastvideo/train_grpo_flux.py")
 
 
+@pytest.fixture(scope="session")
+def mixgrpo() -> Path:
+    """MixGRPO's checkout (its FLUX trainer shares DanceGRPO's path and package name)."""
+    require_upstream_packages()
+    return upstream_checkout("MixGRPO", "OTCA_UPSTREAM_MIXGRPO", "fastvideo/train_grpo_flux.py")
+
+
 class SmokeRun:
     """One finished smoke run: smoke.json, the run log (if any), the recorded loss terms."""
 
@@ -69,6 +76,36 @@ def run_smoke(upstream: Path, out: Path, *flags: str, env: dict | None = None, n
     if check and completed.returncode != 0:
         raise AssertionError(f"smoke run failed ({completed.returncode}):\n{completed.stderr[-4000:]}")
     return SmokeRun(out, completed)
+
+
+def doctor(checkout: Path) -> subprocess.CompletedProcess:
+    """``otca-patch doctor CHECKOUT`` as a user runs it."""
+    return subprocess.run([sys.executable, "-m", "otca_patch.cli", "doctor", str(checkout)], capture_output=True,
+                          text=True, timeout=120, cwd=REPO)
+
+
+def refused_mutation(checkout: Path, folder: Path, upstream_file: str, anchor: str, replacement: str, *flags: str,
+                     stderr: tuple = (), failing: str = ""):
+    """Copy ``checkout``'s ``fastvideo/`` into ``folder``, replace the one ``anchor`` in ``upstream_file``,
+    and check that the smoke run with ``--otca`` (and ``flags``) stops before its rollout naming
+    ``stderr``'s parts, and that doctor fails there with ``failing`` (a hook point) among its FAIL rows.
+    Returns (the smoke run, doctor's result) for a trainer's own checks."""
+    copy = folder / checkout.name
+    import shutil
+
+    shutil.copytree(checkout / "fastvideo", copy / "fastvideo")
+    trainer = copy / upstream_file
+    source = trainer.read_text()
+    assert source.count(anchor) == 1, f"{upstream_file} no longer has exactly one {anchor!r}"
+    trainer.write_text(source.replace(anchor, replacement, 1))
+    run = run_smoke(copy, folder / "out", *flags, "--otca", check=False)
+    assert run.completed.returncode == 2 and run.result is None, run.completed.stderr[-2000:]
+    for part in (upstream_file, *stderr):
+        assert part in run.completed.stderr, part
+    checked = doctor(copy)
+    assert checked.returncode == 1
+    assert failing in checked.stdout and "FAIL: anchor" in checked.stdout
+    return run, checked
 
 
 def with_startup_hook(flags: str) -> dict:

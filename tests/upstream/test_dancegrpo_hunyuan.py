@@ -1,8 +1,5 @@
 """DanceGRPO's real HunyuanVideo ``train_one_step`` on the CPU (flash-attention kernel and VideoAlign's
 Qwen2-VL stubbed, see otca_patch/smoke/dancegrpo_hunyuan.py), rewritten by the layer (``pytest -m upstream``)."""
-import shutil
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -11,7 +8,7 @@ from otca_patch.credit import CreditConfig, credit_from_progress
 
 from otca_patch.smoke.dancegrpo_hunyuan import Sizes, upstream_args
 
-from .conftest import cached_runs, ppo_terms, run_smoke
+from .conftest import cached_runs, ppo_terms, refused_mutation, run_smoke
 
 pytestmark = pytest.mark.upstream
 
@@ -102,21 +99,10 @@ def test_two_ranks_credit_the_best_of_n_samples_in_their_groups(dancegrpo, tmp_p
 
 
 def test_a_mutated_upstream_file_stops_otca_and_doctor_reports_it(dancegrpo, tmp_path):
-    copy = tmp_path / "DanceGRPO"
-    shutil.copytree(dancegrpo / "fastvideo", copy / "fastvideo")
-    trainer = copy / "fastvideo" / "train_grpo_hunyuan.py"
-    source = trainer.read_text()
-    anchor = 'final_loss = args.vq_coef*vq_loss + args.mq_coef*mq_loss'
-    assert source.count(anchor) == 1
-    trainer.write_text(source.replace(anchor, 'final_loss = args.vq_coef*vq_loss + 0.5*args.mq_coef*mq_loss', 1))
-    run = run_smoke(copy, tmp_path / "out", *HY, "--otca", check=False)
-    assert run.completed.returncode == 2 and run.result is None
-    for part in ("fastvideo/train_grpo_hunyuan.py", "function train_one_step", "args.vq_coef * vq_loss",
-                 "not found, expected exactly 1", "15cc71d53cc2e6e18a68ee607d5fb6ba9a99e344"):
-        assert part in run.completed.stderr
-    doctor = subprocess.run([sys.executable, "-m", "otca_patch.cli", "doctor", str(copy)], capture_output=True,
-                            text=True, timeout=120)
-    assert doctor.returncode == 1
-    assert "one_loss_on_the_step_advantage" in doctor.stdout and "FAIL: anchor not found" in doctor.stdout
-    assert "train_grpo_hunyuan.py: sha256" in doctor.stdout
-    assert "differs from the file the spec was verified on" in doctor.stdout
+    _, checked = refused_mutation(
+        dancegrpo, tmp_path, "fastvideo/train_grpo_hunyuan.py", "final_loss = args.vq_coef*vq_loss + args.mq_coef*mq_loss",
+        "final_loss = args.vq_coef*vq_loss + 0.5*args.mq_coef*mq_loss", *HY, failing="one_loss_on_the_step_advantage",
+        stderr=("function train_one_step", "args.vq_coef * vq_loss", "not found, expected exactly 1",
+                "15cc71d53cc2e6e18a68ee607d5fb6ba9a99e344"))
+    assert "FAIL: anchor not found" in checked.stdout and "train_grpo_hunyuan.py: sha256" in checked.stdout
+    assert "differs from the file the spec was verified on" in checked.stdout

@@ -2,9 +2,6 @@
 transformer with 32 input channels, tiny FLUX pipeline for the first frames, VideoAlign stubbed),
 rewritten by the layer (``pytest -m upstream``)."""
 import os
-import shutil
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -15,7 +12,7 @@ from otca_patch.launch.wrapper import STARTUP_DIR
 from otca_patch.smoke.dancegrpo_hunyuan import StubVideoAlign
 from otca_patch.smoke.dancegrpo_skyreels_i2v import Sizes, upstream_args
 
-from .conftest import REPO, cached_runs, ppo_terms, run_smoke
+from .conftest import REPO, cached_runs, ppo_terms, refused_mutation, run_smoke
 
 pytestmark = pytest.mark.upstream
 
@@ -120,19 +117,8 @@ def test_two_ranks_get_the_credit_one_process_computes_over_both(dancegrpo, tmp_
 
 
 def test_a_mutated_upstream_file_stops_otca_and_doctor_reports_it(dancegrpo, tmp_path):
-    copy = tmp_path / "DanceGRPO"
-    shutil.copytree(dancegrpo / "fastvideo", copy / "fastvideo")
-    trainer = copy / "fastvideo" / "train_grpo_skyreels_i2v.py"
-    source = trainer.read_text()
-    anchor = "reward = torch.tensor(reward[0]['MQ']).to(device)"
-    assert source.count(anchor) == 1
-    trainer.write_text(source.replace(anchor, "reward = torch.tensor(reward[0]['Overall']).to(device)", 1))
-    run = run_smoke(copy, tmp_path / "out", *SKYREELS, "--otca", check=False)
-    assert run.completed.returncode == 2 and run.result is None
-    for part in ("fastvideo/train_grpo_skyreels_i2v.py", "function sample_reference_model",
-                 "not found, expected exactly 1", "15cc71d53cc2e6e18a68ee607d5fb6ba9a99e344"):
-        assert part in run.completed.stderr
-    doctor = subprocess.run([sys.executable, "-m", "otca_patch.cli", "doctor", str(copy)], capture_output=True,
-                            text=True, timeout=120)
-    assert doctor.returncode == 1
-    assert "collect_videoalign_scores" in doctor.stdout and "FAIL: anchor not found" in doctor.stdout
+    _, checked = refused_mutation(
+        dancegrpo, tmp_path, "fastvideo/train_grpo_skyreels_i2v.py", "reward = torch.tensor(reward[0]['MQ']).to(device)",
+        "reward = torch.tensor(reward[0]['Overall']).to(device)", *SKYREELS, failing="collect_videoalign_scores",
+        stderr=("function sample_reference_model", "not found, expected exactly 1", "15cc71d53cc2e6e18a68ee607d5fb6ba9a99e344"))
+    assert "FAIL: anchor not found" in checked.stdout

@@ -1,9 +1,6 @@
 """DanceGRPO's real Wan2.1 ``train_one_step`` on the CPU (diffusers' own Wan classes, tiny configs),
 rewritten by the layer (``pytest -m upstream``)."""
 import json
-import shutil
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -11,8 +8,8 @@ import torch
 from otca_patch.credit import CreditConfig, credit_from_progress
 from otca_patch.smoke.dancegrpo_wan import Sizes, upstream_args
 
-from .conftest import (assert_same_update, cached_runs, float32_advantage_tolerance, ppo_terms, run_smoke,
-                       with_startup_hook)
+from .conftest import (assert_same_update, cached_runs, float32_advantage_tolerance, ppo_terms, refused_mutation,
+                       run_smoke, with_startup_hook)
 
 pytestmark = pytest.mark.upstream
 
@@ -126,21 +123,10 @@ def test_sync_grads_is_refused_where_upstream_already_synchronises(dancegrpo, tm
 
 
 def test_a_mutated_upstream_file_stops_otca_and_doctor_reports_it(dancegrpo, tmp_path):
-    copy = tmp_path / "DanceGRPO"
-    shutil.copytree(dancegrpo / "fastvideo", copy / "fastvideo")
-    trainer = copy / "fastvideo" / "train_grpo_wan_2_1.py"
-    source = trainer.read_text()
-    anchor = "grad_norm = torch.nn.utils.clip_grad_norm_("
-    assert source.count(anchor) == 1
-    trainer.write_text(source.replace(anchor, "grad_norm = torch.nn.utils.clip_grad_norm(", 1))
-    run = run_smoke(copy, tmp_path / "out", *WAN, "--otca", check=False)
-    assert run.completed.returncode == 2 and run.result is None
-    for part in ("fastvideo/train_grpo_wan_2_1.py", "function train_one_step", "clip_grad_norm_(...)",
-                 "not found, expected exactly 1", "15cc71d53cc2e6e18a68ee607d5fb6ba9a99e344"):
-        assert part in run.completed.stderr
-    doctor = subprocess.run([sys.executable, "-m", "otca_patch.cli", "doctor", str(copy)], capture_output=True,
-                            text=True, timeout=120)
-    assert doctor.returncode == 1
-    assert "synchronise_gradients" in doctor.stdout and "FAIL: anchor not found" in doctor.stdout
-    assert "train_grpo_wan_2_1.py: sha256" in doctor.stdout
-    assert "differs from the file the spec was verified on" in doctor.stdout
+    _, checked = refused_mutation(
+        dancegrpo, tmp_path, "fastvideo/train_grpo_wan_2_1.py", "grad_norm = torch.nn.utils.clip_grad_norm_(",
+        "grad_norm = torch.nn.utils.clip_grad_norm(", *WAN, failing="synchronise_gradients",
+        stderr=("function train_one_step", "clip_grad_norm_(...)", "not found, expected exactly 1",
+                "15cc71d53cc2e6e18a68ee607d5fb6ba9a99e344"))
+    assert "FAIL: anchor not found" in checked.stdout and "train_grpo_wan_2_1.py: sha256" in checked.stdout
+    assert "differs from the file the spec was verified on" in checked.stdout

@@ -2,9 +2,6 @@
 classes, written locally), through the layer's hooks (``pytest -m upstream``)."""
 import json
 import math
-import shutil
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -13,7 +10,7 @@ from otca_patch.credit import CreditConfig, credit_from_progress
 
 from otca_patch.smoke.dancegrpo_wan22 import Sizes, upstream_args
 
-from .conftest import cached_runs, ppo_terms, run_smoke
+from .conftest import cached_runs, ppo_terms, refused_mutation, run_smoke
 
 pytestmark = pytest.mark.upstream
 
@@ -126,17 +123,7 @@ def test_two_ranks_equal_one_process(dancegrpo, tmp_path):
 
 
 def test_a_mutated_upstream_file_stops_wan22(dancegrpo, tmp_path):
-    copy = tmp_path / "DanceGRPO"
-    shutil.copytree(dancegrpo / "fastvideo", copy / "fastvideo")
-    trainer = copy / "fastvideo" / "train_grpo_wan_2_1.py"
-    source = trainer.read_text()
-    anchor = "transformer = WanTransformer3DModel.from_pretrained("
-    assert source.count(anchor) == 1
-    trainer.write_text(source.replace(anchor, "model = WanTransformer3DModel.from_pretrained(", 1))
-    run = run_smoke(copy, tmp_path / "out", *WAN22, "--otca", check=False)
-    assert run.completed.returncode == 2 and run.result is None
-    for part in ("fastvideo/train_grpo_wan_2_1.py", "function main", "not found, expected exactly 1"):
-        assert part in run.completed.stderr
-    doctor = subprocess.run([sys.executable, "-m", "otca_patch.cli", "doctor", str(copy)], capture_output=True,
-                            text=True, timeout=120)
-    assert doctor.returncode == 1 and "load_experts" in doctor.stdout
+    refused_mutation(dancegrpo, tmp_path, "fastvideo/train_grpo_wan_2_1.py",
+                     "transformer = WanTransformer3DModel.from_pretrained(",
+                     "model = WanTransformer3DModel.from_pretrained(", *WAN22, failing="load_experts",
+                     stderr=("function main", "not found, expected exactly 1"))

@@ -1,0 +1,98 @@
+"""Which spec applies to an upstream file, told from the file itself.
+
+Several upstreams can share a path: DanceGRPO and MixGRPO both train FLUX from
+``fastvideo/train_grpo_flux.py``. The path names the candidates (the specs whose ``file`` it ends
+with); the file's content picks one of them:
+
+1. its sha256 is the file a candidate was verified on (a content fingerprint), else
+2. the one candidate whose pins and hook points all hold on it.
+
+Two candidates that both hold, or none, is a ``SpecChoiceError`` naming each of them (and, for
+each, the first hook point that does not hold). A path with a single candidate is that spec: when it
+does not hold, applying it raises the precise ``PatchError``, as before.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from .errors import PatchError
+from .rewrite import check, rewrite
+from .source import file_sha256, read_source
+from .spec import TargetSpec, load_specs
+
+
+class SpecChoiceError(ValueError):
+    """No spec, or more than one, holds for an upstream file that several specs target."""
+
+
+@dataclass(frozen=True)
+class SpecChoice:
+    """The spec picked for a file and why (printed by doctor, the pre-flight line and the run)."""
+
+    spec: TargetSpec
+    reason: str
+
+    def describe(self) -> str:
+        return f"{self.spec.upstream} (target {self.spec.name}, {os.path.relpath(self.spec.path)}): {self.reason}"
+
+
+def candidates(path: str | os.PathLike, specs: list[TargetSpec] | None = None) -> list[TargetSpec]:
+    """The specs whose upstream file ``path`` is (by its trailing path), in the specs' order."""
+    return [spec for spec in (specs if specs is not None else load_specs()) if spec.matches_script(path)]
+
+
+def failures(path: str, spec: TargetSpec) -> list[str]:
+    """What of ``spec`` does not hold on the file at ``path`` ([] when everything holds)."""
+    try:
+        statuses = check(read_source(path), spec, path)
+    except SyntaxError as exc:
+        return [f"the file does not parse ({exc.msg}, line {exc.lineno})"]
+    return [f"{'pin' if s.hook.is_pin else 'hook'} {s.hook.name}: {s.problem}" for s in statuses if not s.ok]
+
+
+def choose_spec(path: str | os.PathLike, specs: list[TargetSpec]) -> SpecChoice:
+    """The one spec of ``specs`` (the candidates for ``path``) that applies to the file's content."""
+    path = os.path.abspath(path)
+    if not specs:
+        raise SpecChoiceError(f"{path}: no hook-point spec targets this file")
+    if len(specs) == 1:
+        return SpecChoice(specs[0], "the only spec for this path")
+    digest = file_sha256(path)
+    for spec in specs:
+        if digest == spec.verified_sha256:
+            return SpecChoice(spec, f"the file is the one the spec was verified on (sha256 {digest[:16]})")
+    problems = {spec.name: failures(path, spec) for spec in specs}
+    holding = [spec for spec in specs if not problems[spec.name]]
+    others = ", ".join(s.name for s in specs if s not in holding)
+    if len(holding) == 1:
+        return SpecChoice(holding[0], f"its pins and hook points all hold on this file; they do not for {others}")
+    if holding:
+        raise SpecChoiceError(f"{path}: the pins and hook points of several specs all hold on this file: "
+                              f"{', '.join(f'{s.name} ({s.path})' for s in holding)}; the layer cannot tell "
+                              f"which upstream it belongs to. Name the spec explicitly.")
+    nearest = sorted(specs, key=lambda s: len(problems[s.name]))
+    lines = [f"{path}: none of the {len(specs)} specs for this path holds on this file "
+             f"({', '.join(s.name for s in specs)}); nearest first:"]
+    for spec in nearest:
+        lines.append(f"  {spec.name} ({spec.upstream}, {spec.path}; {len(problems[spec.name])} do not hold): "
+                     + "; ".join(problems[spec.name][:3]))
+        if spec is nearest[0]:
+            lines.append("  " + str(_first_error(path, spec)).replace("\n", "\n  "))
+    raise SpecChoiceError("\n".join(lines))
+
+
+def _first_error(path: str, spec: TargetSpec) -> PatchError | SyntaxError:
+    """The ``PatchError`` applying ``spec`` raises (file, function, anchor, verified commit)."""
+    try:
+        rewrite(read_source(path), spec, path)
+    except (PatchError, SyntaxError) as exc:
+        return exc
+    return PatchError(file=spec.file, function="-", anchor="-", problem="unexpectedly holds",
+                      verified_commit=spec.verified_commit, spec=spec.path)
+
+
+def spec_choice_for_script(script: str | os.PathLike, specs: list[TargetSpec] | None = None) -> SpecChoice | None:
+    """The spec for a launched script, chosen by its path and content; ``None`` when no spec targets it."""
+    found = candidates(script, specs)
+    return choose_spec(script, found) if found else None
