@@ -39,7 +39,10 @@ def main(argv=None) -> int:
             run_untouched(script, upstream_argv)  # no --otca: the upstream file runs untouched
             return 0
         from ..hooks.spec import spec_for_script
+        from ..rewards.packages import check_reward_packages
         from .runner import prepare_main
+
+        check_reward_packages(config.otca_rewards, config.otca_reward_ckpt, config.otca_reward_opt)
 
         spec = spec_for_script(script)
         if spec is None:
