@@ -104,8 +104,9 @@ if [ -z "$upstream" ]; then
   spec="$(grep -l "^upstream = \"$upstream_name\"" "$repo"/patches/*/*.toml | head -1 || true)"
   commit="$( [ -z "$spec" ] || sed -n 's/^verified_commit = "\(.......\).*/\1/p' "$spec")"
   # no spec yet (a target being written): the one snapshot there is
-  snapshot="$(ls "${OTCA_SHARED:-$repo/../shared}/upstream/$upstream_name-${commit:-*}.tar.gz" 2>/dev/null | head -1 || true)"
-  snapshot="${snapshot:-${OTCA_SHARED:-$repo/../shared}/upstream/$upstream_name-${commit:-COMMIT}.tar.gz}"
+  snapshots="${OTCA_SHARED:-$repo/../shared}/upstream"
+  snapshot="$(ls "$snapshots/$upstream_name-${commit:-}"*.tar.gz 2>/dev/null | head -1 || true)"
+  snapshot="${snapshot:-$snapshots/$upstream_name-${commit:-COMMIT}.tar.gz}"
   if [ ! -f "$snapshot" ]; then
     say "no $upstream_name checkout: set $upstream_var, populate upstream/$upstream_name or put $snapshot beside the repository"
     exit 1

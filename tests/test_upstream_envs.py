@@ -32,7 +32,7 @@ FROM_GIT = {"hpsv2": "github.com/tgxs002/HPSv2", "openai-clip": "github.com/open
 #: versions chosen where upstream leaves the name unpinned (the pins file says why)
 CHOSEN = {("dancegrpo", "torchvision"): "0.20.0", ("mixgrpo", "torchvision"): "0.20.0",
           ("mixgrpo", "trl"): "0.12.2", ("mixgrpo", "open-clip-torch"): "2.32.0",
-          ("mixgrpo", "datasets"): "3.1.0",
+          ("mixgrpo", "datasets"): "3.1.0", ("flowgrpo", "torchaudio"): "2.6.0",
           ("dancegrpo", "hpsv2"): "1.2.0"}  # the PyPI release of the HPSv2 checkout upstream installs
 #: dependencies of what upstream installs, pinned where today's release breaks the build (the pins file says why)
 DEPENDENCIES = {("mixgrpo", "datasets"): "trl"}
