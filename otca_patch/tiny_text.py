@@ -1,6 +1,7 @@
 """Tiny text tokenizers built offline, for the tiny pipelines of smoke runs, eval tests and demos.
 
-CLIP's real BPE ships with open_clip, so the CLIP tokenizer is the real one; T5's sentencepiece
+CLIP's real BPE ships with open_clip, hpsv2 and OpenAI's clip, so the CLIP tokenizer is the real one
+where one of them is installed (else a stand-in of the same size, ``rewards.tiny``); T5's sentencepiece
 model is not on disk, so the T5 tokenizer is a word-level vocabulary over ``TINY_WORDS`` wrapped
 as ``T5TokenizerFast`` (it saves and loads as ``tokenizer.json`` like the real one).
 """
@@ -19,7 +20,7 @@ def clip_tokenizer(folder: Path):
     """OpenAI CLIP's tokenizer, its vocab/merges files written under ``folder / "_bpe"``."""
     from transformers import CLIPTokenizer
 
-    from .rewards.tiny import _clip_bpe_files  # OpenAI CLIP's BPE files, from open_clip's copy
+    from .rewards.tiny import _clip_bpe_files  # OpenAI CLIP's BPE files, from the copy a package ships
 
     vocab, merges = _clip_bpe_files(Path(folder) / "_bpe")
     return CLIPTokenizer(vocab_file=str(vocab), merges_file=str(merges), pad_token="<|endoftext|>",

@@ -57,8 +57,10 @@ def main(argv=None, command: str | None = None) -> int:
             return 0
         from ..hooks.explicit_targets import spec_choice_for
         from ..hooks.spec import load_specs
+        from ..rewards.packages import check_reward_packages
         from .runner import prepare_main
 
+        check_reward_packages(config.otca_rewards, config.otca_reward_ckpt, config.otca_reward_opt)
         choice = spec_choice_for(script, config.otca_target, load_specs())
         if choice is None:
             raise ValueError(f"{script} is not an upstream file that otca-patch has hook points for "

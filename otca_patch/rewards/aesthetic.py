@@ -15,7 +15,7 @@ import torch
 from .base import ImageBatch, RewardModel
 from .checkpoints import CheckpointSpec, PathLike, load_into, load_state_dict, resolve
 from .heads import LinearHead
-from .openclip import build_open_clip
+from .clip_backbone import load_clip_backbone
 from .preprocess import preprocess_images
 
 HEAD_SPEC = CheckpointSpec(
@@ -28,8 +28,9 @@ CLIP_SPEC = CheckpointSpec(
     model="aesthetic",
     env_var="OTCA_CKPT_AESTHETIC_CLIP",
     expected="open_clip ViT-L-14 OpenAI weights (open_clip_model.safetensors or open_clip_pytorch_model.bin "
-             "from huggingface timm/vit_large_patch14_clip_224.openai) as the backbone for "
-             "sac+logos+ava1-l14-linearMSE.pth",
+             "from huggingface timm/vit_large_patch14_clip_224.openai), or the transformers CLIP folder "
+             "openai/clip-vit-large-patch14, as the backbone for sac+logos+ava1-l14-linearMSE.pth",
+    kind="any",
 )
 
 
@@ -51,9 +52,9 @@ class AestheticReward(RewardModel):
             raise HEAD_SPEC.error(self.checkpoint, f"not an aesthetic-head state dict (missing key {exc})") from None
         self.head = LinearHead(widths)
         load_into(HEAD_SPEC, self.checkpoint, self.head, head_sd)
-        self.clip, _, self.image_size, self.mean, self.std = build_open_clip(
-            CLIP_SPEC, self.clip_checkpoint, model_name, quick_gelu, self.device, dtype)
-        embed_dim = int(self.clip.visual.output_dim)
+        self.clip = load_clip_backbone(CLIP_SPEC, self.clip_checkpoint, model_name, quick_gelu, self.device, dtype)
+        self.image_size, self.mean, self.std = self.clip.image_size, self.clip.mean, self.clip.std
+        embed_dim = self.clip.embed_dim
         if embed_dim != widths[0]:
             raise HEAD_SPEC.error(self.checkpoint, f"head takes {widths[0]}-d embeddings but the CLIP backbone "
                                                    f"{model_name} ({self.clip_checkpoint}) gives {embed_dim}-d")

@@ -1,9 +1,11 @@
-"""``clip_t``: CLIP-T, the cosine similarity of CLIP image and text embeddings (open_clip).
+"""``clip_t``: CLIP-T, the cosine similarity of CLIP image and text embeddings.
 
 Default architecture ``ViT-L-14`` with QuickGELU, i.e. OpenAI's CLIP ViT-L/14 -- the CLIP-T
 backbone most text-to-image RL papers report, and the same file the aesthetic predictor needs, so
 one checkpoint on disk serves both. Any open_clip architecture name works (``model_name=``, e.g.
-``ViT-B-32``); set ``quick_gelu=False`` for non-OpenAI (LAION) weights.
+``ViT-B-32``); set ``quick_gelu=False`` for non-OpenAI (LAION) weights. A folder in transformers'
+layout (e.g. openai/clip-vit-large-patch14) loads through ``CLIPModel`` instead, which needs no
+open_clip (``clip_backbone``).
 """
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ import torch
 
 from .base import ImageBatch, RewardModel
 from .checkpoints import CheckpointSpec, PathLike, resolve
-from .openclip import build_open_clip
+from .clip_backbone import load_clip_backbone
 from .preprocess import preprocess_images
 
 SPEC = CheckpointSpec(
@@ -21,7 +23,8 @@ SPEC = CheckpointSpec(
     env_var="OTCA_CKPT_CLIP_T",
     expected="an open_clip state dict for the chosen architecture, by default ViT-L-14 OpenAI weights "
              "(open_clip_model.safetensors or open_clip_pytorch_model.bin from huggingface "
-             "timm/vit_large_patch14_clip_224.openai)",
+             "timm/vit_large_patch14_clip_224.openai), or a transformers CLIP folder (openai/clip-vit-large-patch14)",
+    kind="any",
 )
 
 
@@ -35,16 +38,15 @@ class ClipTReward(RewardModel):
         super().__init__(device, dtype)
         self.checkpoint = resolve(SPEC, checkpoint)
         self.model_name = model_name
-        self.model, self.tokenizer, self.image_size, self.mean, self.std = build_open_clip(
-            SPEC, self.checkpoint, model_name, quick_gelu, self.device, dtype)
+        self.model = load_clip_backbone(SPEC, self.checkpoint, model_name, quick_gelu, self.device, dtype)
+        self.image_size, self.mean, self.std = self.model.image_size, self.model.mean, self.model.std
 
     def embed(self, images: ImageBatch, prompts: List[str]):
         """L2-normalised (image [B, E], text [B, E]) embeddings in float32."""
         pixels = preprocess_images(images, self.image_size, self.mean, self.std, "center_crop",
                                    self.device, self.dtype)
-        tokens = self.tokenizer(prompts).to(self.device)
         img = self.model.encode_image(pixels).float()
-        txt = self.model.encode_text(tokens).float()
+        txt = self.model.encode_text(prompts).float()
         return (torch.nn.functional.normalize(img, dim=-1), torch.nn.functional.normalize(txt, dim=-1))
 
     def _score(self, images: ImageBatch, prompts: List[str]) -> torch.Tensor:

@@ -10,16 +10,13 @@ score = diag(image_features @ text_features.T) with both L2-normalised (no logit
 """
 from __future__ import annotations
 
-import importlib.util
-import shutil
-import warnings
-from pathlib import Path
 from typing import List, Optional, Union
 
 import torch
 
 from .base import ImageBatch, RewardModel
 from .checkpoints import CheckpointSpec, PathLike, load_into, load_state_dict, offline_hub, resolve
+from .clip_libs import import_hpsv2_open_clip
 from .preprocess import CLIP_MEAN, CLIP_STD, preprocess_images
 
 SPEC = CheckpointSpec(
@@ -27,42 +24,6 @@ SPEC = CheckpointSpec(
     env_var="OTCA_CKPT_HPSV2",
     expected="HPS_v2.1_compressed.pt from huggingface xswu/HPSv2",
 )
-
-_BPE = "bpe_simple_vocab_16e6.txt.gz"
-
-
-def ensure_hpsv2_vocab() -> None:
-    """Make ``hpsv2.src.open_clip`` importable.
-
-    The hpsv2 1.2.0 wheel omits its tokenizer vocabulary, so importing its open_clip fails with
-    FileNotFoundError. The file is OpenAI CLIP's BPE vocabulary, byte-identical to the one
-    open_clip_torch ships; copy it over once if it is missing.
-    """
-    hps = importlib.util.find_spec("hpsv2")
-    oc = importlib.util.find_spec("open_clip")
-    if hps is None or hps.origin is None:
-        raise ImportError("reward model 'hpsv2' needs the hpsv2 package: pip install hpsv2==1.2.0")
-    target = Path(hps.origin).parent / "src" / "open_clip" / _BPE
-    if target.exists():
-        return
-    source = Path(oc.origin).parent / _BPE if oc is not None and oc.origin else None
-    if source is None or not source.exists():
-        raise ImportError(f"hpsv2's tokenizer vocabulary {target} is missing and open_clip_torch (which ships the "
-                          f"same {_BPE}) is not installed: pip install open_clip_torch")
-    try:
-        shutil.copyfile(source, target)
-    except OSError as exc:
-        raise ImportError(f"hpsv2's tokenizer vocabulary is missing; copy it by hand: cp {source} {target} "
-                          f"({exc})") from exc
-
-
-def import_hps_open_clip():
-    """``hpsv2.src.open_clip`` (vocabulary repaired first; its timm-path FutureWarnings silenced)."""
-    ensure_hpsv2_vocab()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FutureWarning)
-        from hpsv2.src import open_clip as hps_open_clip
-    return hps_open_clip
 
 
 class HPSv2Reward(RewardModel):
@@ -74,7 +35,7 @@ class HPSv2Reward(RewardModel):
                  dtype: torch.dtype = torch.float32, arch: str = "ViT-H-14"):
         super().__init__(device, dtype)
         self.checkpoint = resolve(SPEC, checkpoint)
-        hps_open_clip = import_hps_open_clip()
+        hps_open_clip = import_hpsv2_open_clip()
         if arch not in hps_open_clip.list_models():
             raise ValueError(f"reward model 'hpsv2': unknown hpsv2 open_clip architecture {arch!r}")
         with offline_hub():

@@ -16,6 +16,8 @@ from typing import Dict, Tuple, Union
 
 import torch
 
+from .clip_libs import bpe_vocab_file, import_hpsv2_open_clip, import_open_clip, open_clip_name
+
 #: Architecture names the tiny configs are registered under (open_clip and hpsv2's open_clip).
 TINY_CLIP_ARCH = "otca-tiny-clip"
 TINY_HPS_ARCH = "otca-tiny-hps"
@@ -36,9 +38,9 @@ def _register_config(root: Path, name: str, add_model_config) -> None:
 
 
 def register_tiny_open_clip(root: Union[str, Path]) -> str:
-    """Register ``otca-tiny-clip`` with open_clip (configs live under ``root``); returns the name."""
-    import open_clip
-
+    """Register ``otca-tiny-clip`` with open_clip, or hpsv2's copy of it where open_clip is absent
+    (configs live under ``root``); returns the name."""
+    open_clip = import_open_clip("the tiny CLIP")
     if TINY_CLIP_ARCH not in open_clip.list_models():
         _register_config(Path(root), TINY_CLIP_ARCH, open_clip.add_model_config)
     return TINY_CLIP_ARCH
@@ -46,22 +48,25 @@ def register_tiny_open_clip(root: Union[str, Path]) -> str:
 
 def register_tiny_hpsv2(root: Union[str, Path]) -> str:
     """Register ``otca-tiny-hps`` with hpsv2's vendored open_clip; returns the name."""
-    from .hpsv2 import import_hps_open_clip
-
-    hps_open_clip = import_hps_open_clip()
+    hps_open_clip = import_hpsv2_open_clip()
     if TINY_HPS_ARCH not in hps_open_clip.list_models():
         _register_config(Path(root), TINY_HPS_ARCH, hps_open_clip.add_model_config)
     return TINY_HPS_ARCH
 
 
 def build_clip(root: Union[str, Path], seed: int = 0) -> Path:
-    """``open_clip_model.safetensors`` of a tiny QuickGELU CLIP (the layout of timm/vit_large_patch14_clip_224.openai)."""
-    import open_clip
+    """A tiny QuickGELU CLIP for ``clip_t`` / ``aesthetic``, in the format this environment loads:
+    ``clip/open_clip_model.safetensors`` (the layout of timm/vit_large_patch14_clip_224.openai) where
+    open_clip or hpsv2's copy is installed, else the transformers folder ``clip-hf/`` (the layout of
+    openai/clip-vit-large-patch14)."""
     from safetensors.torch import save_file
 
-    from .openclip import quiet_random_init
+    from .clip_backbone import quiet_random_init
 
     root = Path(root)
+    if open_clip_name() is None:
+        return _build_clip_transformers(root / "clip-hf", seed)
+    open_clip = import_open_clip("the tiny CLIP")
     arch = register_tiny_open_clip(root)
     torch.manual_seed(seed)
     with quiet_random_init():
@@ -70,6 +75,38 @@ def build_clip(root: Union[str, Path], seed: int = 0) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(path))
     return path
+
+
+def _tiny_clip_config():
+    """A 1-layer, 32-wide transformers CLIP at TINY_IMAGE_SIZE with OpenAI CLIP's vocabulary size."""
+    from transformers import CLIPConfig
+
+    sizes = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2)
+    return CLIPConfig(
+        text_config=dict(vocab_size=49408, max_position_embeddings=77, bos_token_id=49406, eos_token_id=49407,
+                         pad_token_id=49407, **sizes),
+        vision_config=dict(image_size=TINY_IMAGE_SIZE, patch_size=16, **sizes),
+        projection_dim=32)
+
+
+def _save_clip_processor(root: Path, folder: Path) -> None:
+    """CLIP's tokenizer (fast, ``tokenizer.json``, as the published folders ship it) and image processor."""
+    from transformers import CLIPImageProcessor, CLIPProcessor, CLIPTokenizerFast
+
+    vocab, merges = _clip_bpe_files(root / "clip-bpe")
+    tokenizer = CLIPTokenizerFast(vocab_file=str(vocab), merges_file=str(merges), pad_token="<|endoftext|>")
+    image_processor = CLIPImageProcessor(size={"shortest_edge": TINY_IMAGE_SIZE},
+                                         crop_size={"height": TINY_IMAGE_SIZE, "width": TINY_IMAGE_SIZE})
+    CLIPProcessor(image_processor=image_processor, tokenizer=tokenizer).save_pretrained(str(folder))
+
+
+def _build_clip_transformers(folder: Path, seed: int) -> Path:
+    from transformers import CLIPModel
+
+    torch.manual_seed(seed)
+    CLIPModel(_tiny_clip_config()).eval().save_pretrained(str(folder), safe_serialization=True)
+    _save_clip_processor(folder.parent, folder)
+    return folder
 
 
 def build_aesthetic_head(root: Union[str, Path], embed_dim: int = 32, seed: int = 1) -> Path:
@@ -88,9 +125,7 @@ def build_hpsv2(root: Union[str, Path], seed: int = 2) -> Path:
     """``HPS_v2.1_compressed.pt``: ``{'state_dict': ...}`` of a tiny hpsv2 open_clip CLIP."""
     root = Path(root)
     arch = register_tiny_hpsv2(root)
-    from .hpsv2 import import_hps_open_clip
-
-    hps_open_clip = import_hps_open_clip()
+    hps_open_clip = import_hpsv2_open_clip()
     torch.manual_seed(seed)
     model = hps_open_clip.create_model(arch, pretrained=None, precision="fp32", device="cpu")
     path = root / "hpsv2" / "HPS_v2.1_compressed.pt"
@@ -99,16 +134,33 @@ def build_hpsv2(root: Union[str, Path], seed: int = 2) -> Path:
     return path
 
 
-def _clip_bpe_files(folder: Path) -> Tuple[Path, Path]:
-    """vocab.json / merges.txt of OpenAI CLIP's BPE (laion's processor uses it), from open_clip's copy."""
-    import gzip
+#: OpenAI CLIP's BPE: 256 byte tokens, their 256 word-final forms, 48894 merges, 2 specials (49408).
+_CLIP_MERGES = 49152 - 256 - 2
 
-    import open_clip
+
+def _synthetic_merges():
+    """Stand-in merges of CLIP's size (pairs of byte tokens), where no package ships the real BPE:
+    the vocabulary keeps CLIP's size and special ids, which is all a tiny random model needs."""
     from transformers.models.clip.tokenization_clip import bytes_to_unicode
 
-    bpe = Path(open_clip.__file__).parent / "bpe_simple_vocab_16e6.txt.gz"
-    lines = gzip.open(bpe).read().decode("utf-8").split("\n")
-    merges = lines[1:49152 - 256 - 2 + 1]
+    chars = list(bytes_to_unicode().values())
+    pairs = ((a, b) for a in chars for b in chars + [c + "</w>" for c in chars])
+    return [f"{a} {b}" for _, (a, b) in zip(range(_CLIP_MERGES), pairs)]
+
+
+def _clip_bpe_files(folder: Path) -> Tuple[Path, Path]:
+    """vocab.json / merges.txt of OpenAI CLIP's BPE (laion's processor uses it), from the copy that
+    open_clip, hpsv2 or OpenAI's clip ships, else stand-in merges of the same size."""
+    import gzip
+
+    from transformers.models.clip.tokenization_clip import bytes_to_unicode
+
+    bpe = bpe_vocab_file()
+    if bpe is not None:
+        lines = gzip.open(bpe).read().decode("utf-8").split("\n")
+        merges = lines[1:_CLIP_MERGES + 1]
+    else:
+        merges = _synthetic_merges()
     byte_tokens = list(bytes_to_unicode().values())
     tokens = byte_tokens + [t + "</w>" for t in byte_tokens] + ["".join(m.split()) for m in merges]
     tokens += ["<|startoftext|>", "<|endoftext|>"]
@@ -121,25 +173,13 @@ def _clip_bpe_files(folder: Path) -> Tuple[Path, Path]:
 
 def build_pickscore(root: Union[str, Path], seed: int = 3) -> Tuple[Path, Path]:
     """(PickScore_v1-layout model folder, CLIP-ViT-H-14-laion processor-layout folder)."""
-    from transformers import CLIPConfig, CLIPImageProcessor, CLIPModel, CLIPProcessor, CLIPTokenizerFast
+    from transformers import CLIPModel
 
     root = Path(root)
     model_dir, proc_dir = root / "PickScore_v1", root / "CLIP-ViT-H-14-laion2B-s32B-b79K"
-    config = CLIPConfig(
-        text_config=dict(vocab_size=49408, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                         num_attention_heads=2, max_position_embeddings=77, bos_token_id=49406,
-                         eos_token_id=49407, pad_token_id=49407),
-        vision_config=dict(image_size=TINY_IMAGE_SIZE, patch_size=16, hidden_size=32, intermediate_size=64,
-                           num_hidden_layers=1, num_attention_heads=2),
-        projection_dim=32)
     torch.manual_seed(seed)
-    CLIPModel(config).eval().save_pretrained(str(model_dir), safe_serialization=True)
-    vocab, merges = _clip_bpe_files(root / "clip-bpe")
-    # The fast tokenizer (tokenizer.json) is what the published laion processor folder ships.
-    tokenizer = CLIPTokenizerFast(vocab_file=str(vocab), merges_file=str(merges), pad_token="<|endoftext|>")
-    image_processor = CLIPImageProcessor(size={"shortest_edge": TINY_IMAGE_SIZE},
-                                         crop_size={"height": TINY_IMAGE_SIZE, "width": TINY_IMAGE_SIZE})
-    CLIPProcessor(image_processor=image_processor, tokenizer=tokenizer).save_pretrained(str(proc_dir))
+    CLIPModel(_tiny_clip_config()).eval().save_pretrained(str(model_dir), safe_serialization=True)
+    _save_clip_processor(root, proc_dir)
     return model_dir, proc_dir
 
 

@@ -28,6 +28,7 @@ from ..config import ENV_ARGS, config_from_environment
 from ..flags import add_flags, from_namespace
 from ..hooks.checkout import check_upstream_dir
 from ..hooks.errors import PatchError
+from ..rewards.clip_libs import MissingPackage
 from ..targets.registry import all_targets
 
 
@@ -126,7 +127,7 @@ def main(argv=None) -> int:
             config = with_smoke_defaults(config, given, reward_root, target.smoke_objectives)
         sizes = from_namespace(module.Sizes, args)
         module.run(args.upstream_dir.resolve(), out_dir, config, sizes, reward_root, probe=args.probe)
-    except (PatchError, ValueError) as exc:
+    except (PatchError, ValueError, MissingPackage) as exc:  # MissingPackage: a reward's library, one line
         print(f"otca-patch smoke: error: {exc}", file=sys.stderr)
         return 2
     return 0
