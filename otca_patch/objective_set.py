@@ -16,9 +16,8 @@ import torch
 #: The objective name for the reward that the upstream trainer computes itself (never recomputed).
 UPSTREAM = "upstream"
 #: how --otca_objective_weights addresses objectives (said in every message about their count)
-WEIGHTS_RULE = ("give one weight per objective column, in the order the run lists them, after names expand "
-                "(e.g. HunyuanVideo's upstream = upstream.vq,upstream.mq,upstream.ta; videoalign = "
-                "videoalign.vq,videoalign.mq,videoalign.ta)")
+WEIGHTS_RULE = ("give one weight per objective column once names expand "
+                "(Hunyuan's upstream: upstream.vq,upstream.mq,upstream.ta)")
 
 
 class UpstreamRewards:

@@ -179,8 +179,15 @@ def test_an_explicit_name_picks_that_spec_for_a_path_two_specs_share(synthetic, 
                                                  .replace("2.0 if", "10.0 if").replace('"synthetic-trainer"', '"synthetic-variant"'))
     trainer = upstream / "trainer" / "train.py"
     trainer.write_text(trainer.read_text().replace("return advantages", "return list(advantages)"))  # the variant's file
+    # by content, the one spec whose hook points hold on the file applies (hooks/select.py)
     done = launch(upstream, env, "python trainer/train.py --out result.json", "--otca")
-    assert done.returncode == 2 and "anchor not found" in done.stderr, "by path, the first spec applies and refuses"
+    assert done.returncode == 0 and "synthetic-variant" in done.stderr, done.stderr
+    assert result(upstream)["advantages"] == [-20.0, -10.0, 30.0]
+    # an explicit name wins over the content's choice: the other spec is applied, and refuses the file
+    done = launch(upstream, env, "python trainer/train.py --out result.json", "--otca", "--otca_target",
+                  "synthetic-trainer=trainer/train.py")
+    assert done.returncode == 2 and "anchor not found" in done.stderr, done.stderr
+    (upstream / "result.json").unlink()
     done = launch(upstream, env, "python trainer/train.py --out result.json", "--otca", "--otca_target",
                   "synthetic-variant=trainer/train.py")
     assert done.returncode == 0, done.stderr
