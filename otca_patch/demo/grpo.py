@@ -49,6 +49,7 @@ class Batch:
     group_ids: torch.Tensor  # [B]
     rollout: Rollout
     rewards: torch.Tensor  # [B, K]
+    eta: float = 0.0  # the SDE noise level the rollout was sampled with (TempFlow-GRPO's step noise)
 
 
 def collect_batch(model: TinyFlux, config: DemoConfig, seed: int, iteration: int) -> Batch:
@@ -66,14 +67,14 @@ def collect_batch(model: TinyFlux, config: DemoConfig, seed: int, iteration: int
     rollout = sample_trajectories(model, prompt_ids, noise, sigmas, config.eta, generator)
     rewards = objective_rewards(unpack(rollout.final_clean, config.image_size), prompt_ids, config.objectives)
     group_ids = group_ids_from_size(config.batch_size, config.group_size)
-    return Batch(prompt_ids=prompt_ids, group_ids=group_ids, rollout=rollout, rewards=rewards)
+    return Batch(prompt_ids=prompt_ids, group_ids=group_ids, rollout=rollout, rewards=rewards, eta=config.eta)
 
 
-def assign_credit(batch: Batch, variant: Variant, eta: float):
+def assign_credit(batch: Batch, variant: Variant):
     """``(credit, advantages [B, T])`` of ``variant`` from the credit engine (the code a real run uses).
     CoCA gets the predicted clean samples, TempFlow-GRPO the std ``eta sqrt(sigma_t - sigma_t+1)`` of each step."""
     sigmas = batch.rollout.sigmas
-    step_noise = eta * (sigmas[:-1] - sigmas[1:]).clamp(min=0).sqrt()
+    step_noise = batch.eta * (sigmas[:-1] - sigmas[1:]).clamp(min=0).sqrt()
     return variant_credit(variant, batch.rewards, batch.rollout.latents, batch.group_ids,
                           clean=batch.rollout.clean, step_noise=step_noise)
 
@@ -211,7 +212,7 @@ def train_mode(base_model: TinyFlux, config: DemoConfig, variant: Variant, seed:
     combiner = MarbleCombiner() if variant.gradient_combination == "marble" else None
     for iteration in range(config.grpo_steps):
         batch = collect_batch(model, config, seed, iteration)
-        credit, advantages = assign_credit(batch, variant, config.eta)
+        credit, advantages = assign_credit(batch, variant)
         diagnose = config.conflict_diagnostic or combiner is not None
         stats = policy_update(model, optimizer, batch, advantages, config, seed, iteration,
                               objective_advantages=credit.objective_advantages if diagnose else None, combiner=combiner)
