@@ -82,19 +82,18 @@ CONFLICT_COLUMNS = ("gradient_conflict", "worst_cosine")
 def conflict_summary(history: dict) -> dict:
     """``{"gradient_conflict", "worst_cosine"}`` of one run from its per-iteration history (NaN when
     the run did not compute the diagnostic)."""
-    def mean(values):
-        kept = [v for v in values if v == v]  # NaN-free
-        return sum(kept) / len(kept) if kept else float("nan")
+    from .gradients import nanmean
 
-    return {"gradient_conflict": mean(history.get("gradient_conflict", [])),
-            "worst_cosine": mean(history.get("worst_cosine", []))}
+    return {"gradient_conflict": nanmean(history.get("gradient_conflict", [])),
+            "worst_cosine": nanmean(history.get("worst_cosine", []))}
 
 
 def summarise(config: DemoConfig, jobs: list, outputs: list, info: dict) -> dict:
     """Job outputs -> ``config``, ``objectives``, ``base``/``oracle`` (per-objective eval means),
     ``runs`` (``mode``, ``seed``, ``final``, ``gap_closed``, ``drift``, the conflict diagnostic,
     ``history``), ``table`` (per variant: mean and 95% interval over seeds of every objective's gap
-    closed, their mean, the drift and the conflict diagnostic), ``comparisons`` (each variant against the first, paired by seed) and ``verdicts``."""
+    closed, their mean, the drift and the conflict diagnostic), ``comparisons`` (each variant against
+    the first, paired by seed) and ``verdicts``."""
     OBJECTIVES = config.objectives  # noqa: N806 (the regime's objectives, in reward-column order)
     base_rewards = torch.tensor(outputs[0]["base_eval"])  # identical in every job: same model, same eval set
     base_mean, oracle_mean = base_rewards.mean(0), torch.tensor(outputs[0]["oracle_eval"]).mean(0)

@@ -23,6 +23,12 @@ GRAD_EPS = 1e-12
 MARBLE_EMA = 0.7
 
 
+def nanmean(values) -> float:
+    """The mean of the values that are not NaN (NaN if none is)."""
+    kept = [v for v in values if not math.isnan(v)]
+    return sum(kept) / len(kept) if kept else math.nan
+
+
 def conflict_diagnostic(objective_grads: torch.Tensor, applied: torch.Tensor) -> dict:
     """Cosine of each objective's gradient with the applied update.
 

@@ -5,7 +5,6 @@ gradient accumulation."""
 from __future__ import annotations
 
 import copy
-import math
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
@@ -16,7 +15,7 @@ from otca_patch.credit import group_ids_from_size
 from .config import DemoConfig
 from .data import sample_prompts
 from .evaluation import EvalSet, evaluate
-from .gradients import MarbleCombiner, conflict_diagnostic
+from .gradients import MarbleCombiner, conflict_diagnostic, nanmean
 from .model import TinyFlux, unpack
 from .pixel_rewards import objective_rewards
 from .sampling import Rollout, gaussian_log_prob, sample_trajectories, sde_transition, sigma_schedule
@@ -174,11 +173,6 @@ def _trainable(model: TinyFlux) -> list:
     return [p for p in model.parameters() if p.requires_grad]
 
 
-def _nanmean(values) -> float:
-    kept = [v for v in values if not math.isnan(v)]
-    return sum(kept) / len(kept) if kept else math.nan
-
-
 @dataclass
 class ModeHistory:
     """What one GRPO run logged; per-iteration lists have ``grpo_steps`` entries."""
@@ -224,8 +218,8 @@ def train_mode(base_model: TinyFlux, config: DemoConfig, variant: Variant, seed:
         if stats["diagnostics"]:
             updates = stats["diagnostics"]
             history.gradient_conflict.append(sum(d["conflict"] for d in updates) / len(updates))
-            history.worst_cosine.append(_nanmean([d["worst"] for d in updates]))
-            history.objective_cosines.append([_nanmean(c) for c in zip(*(d["cosines"] for d in updates))])
+            history.worst_cosine.append(nanmean([d["worst"] for d in updates]))
+            history.objective_cosines.append([nanmean(c) for c in zip(*(d["cosines"] for d in updates))])
         history.loss.append(stats["loss"])
         history.clip_fraction.append(stats["clip_fraction"])
         done = iteration + 1
