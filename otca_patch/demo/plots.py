@@ -111,8 +111,10 @@ def plot_gradient_conflict(result: dict, path, window: int = 5) -> None:
             continue
         for ax, key in zip(axes, ("gradient_conflict", "worst_cosine")):
             values = np.nanmean([np.asarray(r["history"][key], dtype=float) for r in runs], axis=0)
-            kernel = np.ones(min(window, len(values))) / min(window, len(values))
-            ax.plot(np.arange(1, len(values) + 1), np.convolve(values, kernel, mode="same"), label=mode, lw=1.3)
+            kernel = np.ones(min(window, len(values)))
+            # divided by the number of iterations inside the window, so the ends are not pulled to 0
+            smooth = np.convolve(values, kernel, mode="same") / np.convolve(np.ones_like(values), kernel, mode="same")
+            ax.plot(np.arange(1, len(values) + 1), smooth, label=mode, lw=1.3)
     axes[0].set_title("share of updates with an objective's cosine < 0")
     axes[0].set_ylim(-0.02, 1.02)
     axes[1].set_title("worst objective's cosine with the applied update")
