@@ -4,10 +4,9 @@ import json
 
 import pytest
 import torch
-from demo_fixtures import one_thread  # noqa: F401 (autouse)
+from demo_fixtures import one_thread, tiny_flags  # noqa: F401 (autouse)
 
 from otca_patch.demo import ablate
-from otca_patch.demo.config import TINY_SIZES
 from otca_patch.demo.variants import ABLATION_ORDER, VARIANTS, check_available
 
 def _stat(mean):
@@ -67,11 +66,7 @@ def test_the_controls_run_on_this_credit_engine():
 @pytest.mark.slow
 def test_tiny_ablation_writes_the_table(tmp_path, capsys):
     flags = ["--out", str(tmp_path), "--base_cache", str(tmp_path), "--modes", "multi_grpo,otca,tcd_batch,moca_group",
-             "--seeds", "0,1"]
-    for name, value in TINY_SIZES.items():
-        if name in ("modes", "seeds"):
-            continue
-        flags += [f"--{name}"] if value is True else ([f"--no_{name}"] if value is False else [f"--{name}", str(value)])
+             "--seeds", "0,1"] + tiny_flags()
     assert ablate.main(flags) == 0
     result = json.loads((tmp_path / "ablation.json").read_text())
     assert result["seeds"] == [0, 1] and set(result["table"]) == {"multi_grpo", "otca", "tcd_batch", "moca_group"}

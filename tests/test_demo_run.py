@@ -78,9 +78,9 @@ def test_every_mode_takes_its_advantages_from_compute_credit(base, monkeypatch):
 
     real_update = grpo.policy_update
 
-    def spy_update(model_, optimizer, batch, advantages, config_, seed, iteration):
+    def spy_update(model_, optimizer, batch, advantages, config_, seed, iteration, **kwargs):
         used.append(advantages)
-        return real_update(model_, optimizer, batch, advantages, config_, seed, iteration)
+        return real_update(model_, optimizer, batch, advantages, config_, seed, iteration, **kwargs)
 
     monkeypatch.setattr(otca_patch.credit, "compute_credit", spy_credit)
     monkeypatch.setattr(grpo, "policy_update", spy_update)

@@ -13,6 +13,10 @@ STD_SCOPES = ("group", "batch")
 WEIGHT_SCOPES = ("sample", "batch")
 #: How MOCA fuses objectives: per sample (the spec, 3.4-3.5) or one MGDA mixture per group (3.7).
 FUSIONS = ("sample", "group")
+#: Comparison methods (docs/credit.md section 8; not OTCA): library options only, not ``--otca_mode``
+#: values, because their inputs (predicted clean samples, the sampler's noise per step) are not
+#: captured by any trainer's hooks yet.
+PEER_MODES = ("coca", "tempflow")
 #: Modes that multiply the combined advantage by TCD's step weights.
 STEP_WEIGHTED_MODES = frozenset({"otca", "tcd"})
 
@@ -40,6 +44,8 @@ class CreditConfig:
             deviation from its group mean (spec 3.6).
         fusion: ``sample`` (the spec) or ``group``: one minimum-norm mixture per group over the
             group's advantage vectors, solved exactly (spec 3.7, the MGDA reading).
+        coca_alpha, coca_window: CoCA's ``temporal_alpha`` (0) and window of steps (1; it must
+            divide T) for the comparison mode ``coca`` (spec 8.1).
     """
 
     mode: str = "otca"
@@ -53,10 +59,18 @@ class CreditConfig:
     weight_scope: str = "sample"
     explore_center: bool = False
     fusion: str = "sample"
+    coca_alpha: float = 0.0
+    coca_window: int = 1
 
     def __post_init__(self) -> None:
-        if self.mode not in MODES:
-            raise ValueError(f"mode: unknown credit mode {self.mode!r}; valid modes are {', '.join(MODES)}")
+        if self.mode not in MODES + PEER_MODES:
+            raise ValueError(f"mode: unknown credit mode {self.mode!r}; valid modes are {', '.join(MODES)} "
+                             f"(and the comparison methods {', '.join(PEER_MODES)})")
+        _check_finite("coca_alpha", self.coca_alpha)
+        if not 0.0 <= self.coca_alpha <= 1.0:
+            raise ValueError(f"coca_alpha: must lie in [0, 1], got {self.coca_alpha}")
+        if isinstance(self.coca_window, bool) or not isinstance(self.coca_window, int) or self.coca_window < 1:
+            raise ValueError(f"coca_window: must be an integer >= 1, got {self.coca_window!r}")
         _check_finite("w_min", self.w_min)
         if not 0.0 <= self.w_min <= 1.0:
             raise ValueError(f"w_min: must lie in [0, 1], got {self.w_min}")

@@ -7,7 +7,7 @@ from typing import Optional
 
 import torch
 
-from . import moca, tcd
+from . import moca, peers, tcd
 from .config import CreditConfig
 from .groups import check_std_sizes, dense_groups, group_normalize
 
@@ -57,7 +57,8 @@ class Credit:
 
 
 def compute_credit(rewards, latents: torch.Tensor, group_ids, config: Optional[CreditConfig] = None,
-                   chunk_bytes: int = tcd.DEFAULT_CHUNK_BYTES, final: Optional[torch.Tensor] = None) -> Credit:
+                   chunk_bytes: int = tcd.DEFAULT_CHUNK_BYTES, final: Optional[torch.Tensor] = None,
+                   clean: Optional[torch.Tensor] = None, step_noise: Optional[torch.Tensor] = None) -> Credit:
     """OTCA credit for a batch of sampled trajectories.
 
     Args:
@@ -68,6 +69,10 @@ def compute_credit(rewards, latents: torch.Tensor, group_ids, config: Optional[C
         config: the credit rules; ``CreditConfig()`` (mode ``otca``) by default.
         final: ``[B, ...]`` explicit final state ``z_T`` replacing ``latents[:, -1]`` (spec 1.7,
             ``final_state="prediction"``: the last step's predicted clean sample).
+        clean: ``[B, T+1, ...]`` for mode ``coca`` only (spec 8.1): the predicted clean sample at
+            each state ``z_0 .. z_{T-1}``, then the final sample.
+        step_noise: ``[T]`` or ``[B, T]`` for mode ``tempflow`` only (spec 8.2): the std of each
+            SDE transition.
     Returns:
         ``Credit`` with ``advantages [B, T]`` and every intermediate quantity.
     Raises:
@@ -101,10 +106,12 @@ def compute_credit(rewards, latents: torch.Tensor, group_ids, config: Optional[C
             _check_finite_tensor("final", final)
         _raise_non_finite_latents(latents if final is None else latents[:, :-1])
     delta_s = tcd.step_progress(similarity.to(_WORK))
-    return _credit(rewards, delta_s, group_ids, config, similarity)
+    peer_input = _peer_input(config, latents.shape[0], latents.shape[1] - 1, clean, step_noise, chunk_bytes)
+    return _credit(rewards, delta_s, group_ids, config, similarity, peer_input)
 
 
-def credit_from_progress(rewards, delta_s: torch.Tensor, group_ids, config: Optional[CreditConfig] = None) -> Credit:
+def credit_from_progress(rewards, delta_s: torch.Tensor, group_ids, config: Optional[CreditConfig] = None,
+                         step_noise: Optional[torch.Tensor] = None) -> Credit:
     """The same credit from precomputed per-step progress ``delta_s [B, T]`` (no latents).
 
     For trainers whose latents live on several processes: each computes its samples' ``delta_s``
@@ -120,10 +127,43 @@ def credit_from_progress(rewards, delta_s: torch.Tensor, group_ids, config: Opti
     _check_finite_tensor("delta_s", delta_s)
     group_ids = _check_group_ids(group_ids, rewards.shape[0])
     _check_objective_weights(config, rewards.shape[1])
-    return _credit(rewards, delta_s.to(_WORK), group_ids, config, None)
+    if config.mode == "coca":
+        raise ValueError("mode: coca needs the predicted clean samples; use compute_credit(..., clean=...)")
+    peer_input = _peer_input(config, delta_s.shape[0], delta_s.shape[1], None, step_noise, 0)
+    return _credit(rewards, delta_s.to(_WORK), group_ids, config, None, peer_input)
 
 
-def _credit(rewards, delta_s, group_ids, config: CreditConfig, similarity) -> Credit:
+def _peer_input(config: CreditConfig, batch: int, n_steps: int, clean, step_noise, chunk_bytes):
+    """The comparison modes' extra input, checked: CoCA's contributions ``[B, T]`` or TempFlow's
+    step noise ``[B, T]`` (float64); ``None`` for every other mode (which refuses both arguments)."""
+    if config.mode != "coca" and clean is not None:
+        raise ValueError(f"clean: only mode coca uses predicted clean samples (mode is {config.mode!r})")
+    if config.mode != "tempflow" and step_noise is not None:
+        raise ValueError(f"step_noise: only mode tempflow uses the sampler's step noise (mode is {config.mode!r})")
+    if config.mode == "coca":
+        if not isinstance(clean, torch.Tensor) or not clean.is_floating_point() or clean.dim() < 3 or \
+                tuple(clean.shape[:2]) != (batch, n_steps + 1):
+            raise ValueError(f"clean: mode coca needs a float tensor [B, T+1, ...] = [{batch}, {n_steps + 1}, ...] "
+                             f"(predicted clean sample at every state, the final sample last), got "
+                             f"{getattr(clean, 'shape', type(clean).__name__)}")
+        if n_steps % config.coca_window:
+            raise ValueError(f"coca_window: {config.coca_window} does not divide the {n_steps} steps")
+        _check_finite_tensor("clean", clean)
+        similarity = tcd.similarity_to_final(clean, chunk_bytes=chunk_bytes).to(_WORK)
+        return peers.coca_step_contributions(similarity, config.coca_window, config.eps)
+    if config.mode == "tempflow":
+        if not isinstance(step_noise, torch.Tensor) or not step_noise.is_floating_point() or \
+                tuple(step_noise.shape) not in ((n_steps,), (batch, n_steps)):
+            raise ValueError(f"step_noise: mode tempflow needs a float tensor [T] or [B, T] with T = {n_steps}, got "
+                             f"{getattr(step_noise, 'shape', type(step_noise).__name__)}")
+        _check_finite_tensor("step_noise", step_noise)
+        if not bool((step_noise > 0).all()):
+            raise ValueError("step_noise: every step's noise std must be > 0")
+        return peers.tempflow_weights(step_noise.to(_WORK), batch)
+    return None
+
+
+def _credit(rewards, delta_s, group_ids, config: CreditConfig, similarity, peer_input=None) -> Credit:
     device = delta_s.device
     rewards = rewards.to(device=device, dtype=_WORK)
     group_ids = group_ids.to(device)
@@ -149,6 +189,12 @@ def _credit(rewards, delta_s, group_ids, config: CreditConfig, similarity) -> Cr
     combined = _combine(config, rewards, weights, advantages_k, fused, index, n_groups)
     per_step = weights_per_step if config.step_weighted else torch.ones_like(weights_per_step)
     advantages = per_step * combined.unsqueeze(-1)
+    if config.mode == "tempflow":  # spec 8.2: the step weights are the noise schedule's
+        weights_per_step = peer_input.to(device)
+        advantages = weights_per_step * combined.unsqueeze(-1)
+    elif config.mode == "coca":  # spec 8.1: shaped by contributions, then re-standardised per group
+        advantages, weights_per_step = peers.coca_advantages(combined, peer_input.to(device), config.coca_alpha,
+                                                             index, n_groups)
 
     out = lambda t: t.to(_OUT)  # noqa: E731
     return Credit(
@@ -164,7 +210,7 @@ def _combine(config, rewards, weights, advantages_k, fused, index, n_groups) -> 
     corr, adv_eps = config.std_correction, config.adv_eps
     if config.mode == "sum":
         return group_normalize(rewards @ weights, index, n_groups, corr, adv_eps, config.std_scope)
-    if config.mode in ("multi_grpo", "tcd"):
+    if config.mode in ("multi_grpo", "tcd", "coca", "tempflow"):
         return advantages_k.sum(dim=-1)
     if config.mode == "gdpo":
         whole_batch = torch.zeros_like(index)

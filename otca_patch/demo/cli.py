@@ -47,6 +47,9 @@ def main(argv=None) -> int:
         return code
     try:
         config = from_namespace(DemoConfig, args)
+        if config.regime == "both":
+            raise ValueError("--regime: both is for otca-patch ablate; the demo runs one regime "
+                             "(conflicting or agreeing)")
     except ValueError as exc:
         return fail(parser.prog, str(exc))
     started = time.perf_counter()

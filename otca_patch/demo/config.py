@@ -28,6 +28,9 @@ class DemoConfig:
                        "otca_patch.demo.variants); the first one is the reference", "multi_grpo,otca")
     seeds: str = flag("comma-separated GRPO seeds (prompts, initial and SDE noise; the same for every variant, "
                        "so runs are paired by seed)", "0,1,2,3")
+    regime: str = flag("task regime: conflicting (palette, shape, edges: the objectives disagree on many samples) or "
+                        "agreeing (palette, shape, fidelity: they mostly agree); both (ablate only) runs each in turn "
+                        "(otca_patch/demo/regimes.py)", "conflicting", choices=("conflicting", "agreeing", "both"))
     # --- base model (cached under the base cache folder by a hash of these fields)
     base_seed: int = flag("seed of the base model's initialisation and pre-training", 0)
     base_cache: str = flag("folder holding the cached base model ('' = the output folder)", "")
@@ -59,6 +62,8 @@ class DemoConfig:
     max_grad_norm: float = flag("gradient-norm clip", 1.0)
     micro_batch: int = flag("samples per forward pass in the update (upstream: 1; the gradient is the same)", 32)
     grad_accum: int = flag("micro-batches per optimizer step", 1)
+    conflict_diagnostic: bool = flag("per update, each objective's own gradient and its cosine with the applied "
+                                      "update (one batched backward pass for the K+1 gradients)", True)
     # --- evaluation
     eval_every: int = flag("evaluate every this many iterations", 10)
     eval_prompts: int = flag("fixed evaluation prompts", 32)
@@ -139,11 +144,29 @@ class DemoConfig:
         """Steps each sample trains per iteration: ``int((T - 1) * timestep_fraction)``."""
         return int((self.sampling_steps - 1) * self.timestep_fraction)
 
+    @property
+    def task_regime(self):
+        """The one ``regimes.Regime`` of this run (``--regime both`` names none: split it first)."""
+        from .regimes import REGIMES
+
+        _require("regime", self.regime in REGIMES, f"{self.regime!r} names several regimes; run one at a time "
+                 "(otca-patch ablate --regime both does)")
+        return REGIMES[self.regime]
+
+    @property
+    def objectives(self) -> tuple:
+        return self.task_regime.objectives
+
     def base_model_key(self) -> str:
-        """Hash of every field the base model depends on (its cache name)."""
+        """Hash of every field the base model depends on (its cache name): one base model per regime."""
+        from .data import CORRUPTIONS
+
         keys = ("base_seed", "image_size", "heads", "head_dim", "layers", "single_layers", "text_dim",
                 "pretrain_steps", "pretrain_batch", "pretrain_lr", "corrupt_prob")
-        payload = json.dumps({k: getattr(self, k) for k in keys} | {"format": BASE_MODEL_FORMAT}, sort_keys=True)
+        extra = {}
+        if self.task_regime.corruptions != CORRUPTIONS:  # the default regime keeps its earlier cache name
+            extra["corruptions"] = list(self.task_regime.corruptions)
+        payload = json.dumps({k: getattr(self, k) for k in keys} | {"format": BASE_MODEL_FORMAT} | extra, sort_keys=True)
         return hashlib.sha256(payload.encode()).hexdigest()[:12]
 
     def to_dict(self) -> dict:

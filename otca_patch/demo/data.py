@@ -100,8 +100,9 @@ def box_blur(images: torch.Tensor) -> torch.Tensor:
 
 
 def corrupted_render(prompt_ids: torch.Tensor, image_size: int, corrupt_prob: float,
-                     generator: torch.Generator) -> torch.Tensor:
-    """The pre-training mixture: each of ``CORRUPTIONS`` applied independently with ``corrupt_prob``.
+                     generator: torch.Generator, corruptions=CORRUPTIONS) -> torch.Tensor:
+    """The pre-training mixture: each of ``corruptions`` (default all of ``CORRUPTIONS``) applied
+    independently with ``corrupt_prob``; the draws are the same whichever are switched off.
 
     - colour jitter: both colours moved by up to +-0.3 per channel (off the prompt's palette);
     - blur: one 3x3 box blur (soft edges, mixed colours);
@@ -111,7 +112,7 @@ def corrupted_render(prompt_ids: torch.Tensor, image_size: int, corrupt_prob: fl
     """
     n, size = prompt_ids.shape[0], float(image_size)
     draw = lambda: torch.rand(n, generator=generator) < corrupt_prob  # noqa: E731
-    jitter, blur, misplace = draw(), draw(), draw()
+    jitter, blur, misplace = (draw() & (name in corruptions) for name in CORRUPTIONS)
     fg, bg = prompt_colours(prompt_ids)
     shift = (torch.rand(n, 2, 3, generator=generator) * 0.6 - 0.3) * jitter.view(-1, 1, 1)
     fg, bg = (fg + shift[:, 0]).clamp(0, 1), (bg + shift[:, 1]).clamp(0, 1)

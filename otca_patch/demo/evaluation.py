@@ -40,7 +40,7 @@ def make_eval_set(config: DemoConfig, token_shape: tuple[int, int]) -> EvalSet:
 
 def oracle_rewards(eval_set: EvalSet, config: DemoConfig) -> torch.Tensor:
     """``[E, K]`` rewards of the clean renders of the evaluation prompts (1 by construction)."""
-    return objective_rewards(clean_render(eval_set.prompt_ids, config.image_size), eval_set.prompt_ids)
+    return objective_rewards(clean_render(eval_set.prompt_ids, config.image_size), eval_set.prompt_ids, config.objectives)
 
 
 @torch.no_grad()
@@ -51,7 +51,7 @@ def evaluate(model: TinyFlux, eval_set: EvalSet, config: DemoConfig,
     generator = torch.Generator().manual_seed(eval_set.seed)
     sigmas = sigma_schedule(config.sampling_steps, config.shift)
     rollout = sample_trajectories(model, eval_set.prompt_ids, eval_set.noise, sigmas, config.eta, generator)
-    rewards = objective_rewards(unpack(rollout.final_clean, config.image_size), eval_set.prompt_ids)
+    rewards = objective_rewards(unpack(rollout.final_clean, config.image_size), eval_set.prompt_ids, config.objectives)
     if reference is None:
         return rewards, None
     return rewards, gaussian_drift(model, reference, rollout.latents, eval_set.prompt_ids, sigmas, config.eta)

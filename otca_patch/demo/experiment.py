@@ -14,7 +14,6 @@ from .config import BASE_MODEL_FORMAT, DemoConfig
 from .evaluation import gap_closed
 from .files import atomic_write_json
 from .jobs import Job, run_jobs
-from .pixel_rewards import OBJECTIVES
 from .pretrain import load_or_train_base_model
 from .sampling import sigma_schedule
 from .stats import mean_interval, pareto_verdict
@@ -74,11 +73,28 @@ def _run_or_resume(jobs: list, config: DemoConfig, log) -> list:
     return [outputs[i] for i in range(len(jobs))]
 
 
+#: The gradient-conflict diagnostic per run (``gradients.conflict_diagnostic``, every update):
+#: the share of updates in which some objective's gradient has a negative cosine with the applied
+#: update, and the mean over updates of the worst objective's cosine.
+CONFLICT_COLUMNS = ("gradient_conflict", "worst_cosine")
+
+
+def conflict_summary(history: dict) -> dict:
+    """``{"gradient_conflict", "worst_cosine"}`` of one run from its per-iteration history (NaN when
+    the run did not compute the diagnostic)."""
+    from .gradients import nanmean
+
+    return {"gradient_conflict": nanmean(history.get("gradient_conflict", [])),
+            "worst_cosine": nanmean(history.get("worst_cosine", []))}
+
+
 def summarise(config: DemoConfig, jobs: list, outputs: list, info: dict) -> dict:
     """Job outputs -> ``config``, ``objectives``, ``base``/``oracle`` (per-objective eval means),
-    ``runs`` (``mode``, ``seed``, ``final``, ``gap_closed``, ``drift``, ``history``), ``table`` (per
-    variant: mean and 95% interval over seeds of every objective's gap closed, their mean, the
-    drift), ``comparisons`` (each variant against the first, paired by seed) and ``verdicts``."""
+    ``runs`` (``mode``, ``seed``, ``final``, ``gap_closed``, ``drift``, the conflict diagnostic,
+    ``history``), ``table`` (per variant: mean and 95% interval over seeds of every objective's gap
+    closed, their mean, the drift and the conflict diagnostic), ``comparisons`` (each variant against
+    the first, paired by seed) and ``verdicts``."""
+    OBJECTIVES = config.objectives  # noqa: N806 (the regime's objectives, in reward-column order)
     base_rewards = torch.tensor(outputs[0]["base_eval"])  # identical in every job: same model, same eval set
     base_mean, oracle_mean = base_rewards.mean(0), torch.tensor(outputs[0]["oracle_eval"]).mean(0)
     runs = []
@@ -88,11 +104,12 @@ def summarise(config: DemoConfig, jobs: list, outputs: list, info: dict) -> dict
         closed = gap_closed(final, base_mean, oracle_mean)
         runs.append({"mode": job.mode, "seed": job.seed, "final": dict(zip(OBJECTIVES, final.tolist())),
                      "gap_closed": dict(zip(OBJECTIVES, closed.tolist())), "mean_gap_closed": float(closed.mean()),
-                     "drift": history["drift"][-1], "seconds": output["seconds"], "history": history})
+                     "drift": history["drift"][-1], **conflict_summary(history),
+                     "seconds": output["seconds"], "history": history})
     modes = list(dict.fromkeys(job.mode for job in jobs))
     seeds = list(dict.fromkeys(job.seed for job in jobs))
     by = {(r["mode"], r["seed"]): r for r in runs}
-    columns = list(OBJECTIVES) + ["mean_gap_closed", "drift"]
+    columns = list(OBJECTIVES) + ["mean_gap_closed", "drift"] + list(CONFLICT_COLUMNS)
 
     def value(run, column):
         return run["gap_closed"][column] if column in OBJECTIVES else run[column]
@@ -110,6 +127,7 @@ def summarise(config: DemoConfig, jobs: list, outputs: list, info: dict) -> dict
     improves_all = {m: [s for s in seeds if all(by[m, s]["gap_closed"][k] > 0 for k in OBJECTIVES)] for m in modes}
     return {
         "config": config.to_dict(),
+        "regime": config.regime,
         "objectives": list(OBJECTIVES),
         "sigmas": sigma_schedule(config.sampling_steps, config.shift).tolist(),
         "base": dict(zip(OBJECTIVES, base_mean.tolist())),

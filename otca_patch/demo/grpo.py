@@ -15,6 +15,7 @@ from otca_patch.credit import group_ids_from_size
 from .config import DemoConfig
 from .data import sample_prompts
 from .evaluation import EvalSet, evaluate
+from .gradients import MarbleCombiner, conflict_diagnostic, nanmean
 from .model import TinyFlux, unpack
 from .pixel_rewards import objective_rewards
 from .sampling import Rollout, gaussian_log_prob, sample_trajectories, sde_transition, sigma_schedule
@@ -47,6 +48,7 @@ class Batch:
     group_ids: torch.Tensor  # [B]
     rollout: Rollout
     rewards: torch.Tensor  # [B, K]
+    eta: float = 0.0  # the SDE noise level the rollout was sampled with (TempFlow-GRPO's step noise)
 
 
 def collect_batch(model: TinyFlux, config: DemoConfig, seed: int, iteration: int) -> Batch:
@@ -62,14 +64,18 @@ def collect_batch(model: TinyFlux, config: DemoConfig, seed: int, iteration: int
         noise = torch.randn((config.batch_size,) + token_shape, generator=generator)
     sigmas = sigma_schedule(config.sampling_steps, config.shift)
     rollout = sample_trajectories(model, prompt_ids, noise, sigmas, config.eta, generator)
-    rewards = objective_rewards(unpack(rollout.final_clean, config.image_size), prompt_ids)
+    rewards = objective_rewards(unpack(rollout.final_clean, config.image_size), prompt_ids, config.objectives)
     group_ids = group_ids_from_size(config.batch_size, config.group_size)
-    return Batch(prompt_ids=prompt_ids, group_ids=group_ids, rollout=rollout, rewards=rewards)
+    return Batch(prompt_ids=prompt_ids, group_ids=group_ids, rollout=rollout, rewards=rewards, eta=config.eta)
 
 
 def assign_credit(batch: Batch, variant: Variant):
-    """``(credit, advantages [B, T])`` of ``variant`` from the credit engine (the code a real run uses)."""
-    return variant_credit(variant, batch.rewards, batch.rollout.latents, batch.group_ids)
+    """``(credit, advantages [B, T])`` of ``variant`` from the credit engine (the code a real run uses).
+    CoCA gets the predicted clean samples, TempFlow-GRPO the std ``eta sqrt(sigma_t - sigma_t+1)`` of each step."""
+    sigmas = batch.rollout.sigmas
+    step_noise = batch.eta * (sigmas[:-1] - sigmas[1:]).clamp(min=0).sqrt()
+    return variant_credit(variant, batch.rewards, batch.rollout.latents, batch.group_ids,
+                          clean=batch.rollout.clean, step_noise=step_noise)
 
 
 def trained_step_order(batch_size: int, n_steps: int, n_trained: int, generator: torch.Generator) -> torch.Tensor:
@@ -78,20 +84,31 @@ def trained_step_order(batch_size: int, n_steps: int, n_trained: int, generator:
 
 
 def policy_update(model: TinyFlux, optimizer: torch.optim.Optimizer, batch: Batch, advantages: torch.Tensor,
-                  config: DemoConfig, seed: int, iteration: int) -> dict:
+                  config: DemoConfig, seed: int, iteration: int, objective_advantages: Optional[torch.Tensor] = None,
+                  combiner: Optional[MarbleCombiner] = None) -> dict:
     """One pass over the batch: micro-batches of samples, each training its own shuffled steps.
 
     The last sampling step is not trained (as upstream); with ``timestep_fraction = 1`` every other is. Each micro-batch's loss is divided by
     ``grad_accum * trained_steps`` and the optimizer steps every ``grad_accum`` micro-batches, so a
     step's gradient is the mean over its samples and steps (upstream's scaling with micro_batch = 1).
-    ``advantages [B, T]``. Returns summed loss, clip fraction and the last gradient norm.
+    ``advantages [B, T]``.
+
+    With ``objective_advantages [B, K]`` every update also takes each objective's own gradient (the
+    same PPO loss with ``A[:, k]`` broadcast over steps; one batched backward pass for all of them)
+    and logs its cosine with the applied update (``gradients.conflict_diagnostic``). With
+    ``combiner`` (MARBLE) the applied update is the combiner's, built from those gradients, and
+    ``advantages`` is not used.
+    Returns summed loss, clip fraction, the last gradient norm, and per update the diagnostic.
     """
     rollout = batch.rollout
     n_trainable = rollout.log_probs.shape[1] - 1
     order = trained_step_order(config.batch_size, n_trainable, config.trained_steps,
                                iteration_generator(seed, iteration, _ORDER))
     scale = config.grad_accum * config.trained_steps
+    params = _trainable(model)
     total_loss, clipped, count, grad_norm = 0.0, 0, 0, 0.0
+    diagnostics = []
+    objective_grads = None  # [K, P] accumulated over the micro-batches of one update
     model.train()
     optimizer.zero_grad(set_to_none=True)
     for micro_index, rows in enumerate(torch.arange(config.batch_size).split(config.micro_batch)):
@@ -102,19 +119,54 @@ def policy_update(model: TinyFlux, optimizer: torch.optim.Optimizer, batch: Batc
             step = sde_transition(z, model(z, sigma, batch.prompt_ids[rows]), sigma, sigma_next, config.eta)
             new_log_probs = gaussian_log_prob(z_next, step.mean, step.std)
             old_log_probs = rollout.log_probs[rows, steps]
-            loss = ppo_clipped_loss(new_log_probs, old_log_probs, advantages[rows, steps],
-                                    config.clip_range, config.adv_clip_max).mean() / scale
-            loss.backward()
+            loss_of = lambda adv: ppo_clipped_loss(new_log_probs, old_log_probs, adv, config.clip_range,  # noqa: E731
+                                                   config.adv_clip_max).mean() / scale
+            loss = loss_of(advantages[rows, steps])
+            if objective_advantages is None:
+                loss.backward()
+            else:
+                losses = [loss_of(objective_advantages[rows, k]) for k in range(objective_advantages.shape[1])]
+                if combiner is None:
+                    losses.append(loss)
+                grads = _stacked_gradients(new_log_probs, losses, params)  # [K(+1), P]
+                objective_grads = grads[:len(losses) - (combiner is None)] + (0 if objective_grads is None else objective_grads)
+                if combiner is None:
+                    _add_to_grads(params, grads[-1])
             total_loss += loss.item()
             ratio = torch.exp(new_log_probs.detach() - old_log_probs)
             clipped += int(((ratio - 1).abs() > config.clip_range).sum())
             count += rows.numel()
         if (micro_index + 1) % config.grad_accum == 0:
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(_trainable(model), config.max_grad_norm))
+            if objective_grads is not None:
+                if combiner is not None:
+                    _add_to_grads(params, combiner.combine(objective_grads))
+                applied = torch.cat([p.grad.reshape(-1) if p.grad is not None else torch.zeros(p.numel())
+                                     for p in params])
+                diagnostics.append(conflict_diagnostic(objective_grads, applied))
+                objective_grads = None
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm))
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
     model.eval()
-    return {"loss": total_loss, "clip_fraction": clipped / max(count, 1), "grad_norm": grad_norm}
+    return {"loss": total_loss, "clip_fraction": clipped / max(count, 1), "grad_norm": grad_norm,
+            "diagnostics": diagnostics}
+
+
+def _stacked_gradients(outputs: torch.Tensor, losses: list, params: list) -> torch.Tensor:
+    """``[len(losses), P]``: the gradient of each loss (a function of ``outputs [m]``) w.r.t. ``params``,
+    by one batched vector-Jacobian product through the model instead of one backward pass per loss."""
+    coefficients = torch.stack([torch.autograd.grad(l, outputs, retain_graph=True)[0] for l in losses])  # [L, m]
+    grads = torch.autograd.grad(outputs, params, grad_outputs=coefficients, is_grads_batched=True, allow_unused=True)
+    return torch.cat([(g if g is not None else torch.zeros((len(losses),) + p.shape)).reshape(len(losses), -1)
+                      for g, p in zip(grads, params)], dim=1)
+
+
+def _add_to_grads(params: list, flat: torch.Tensor) -> None:
+    offset = 0
+    for p in params:
+        piece = flat[offset:offset + p.numel()].view_as(p)
+        p.grad = piece.clone() if p.grad is None else p.grad + piece
+        offset += p.numel()
 
 
 def _trainable(model: TinyFlux) -> list:
@@ -130,6 +182,9 @@ class ModeHistory:
     step_weights: list = field(default_factory=list)  # [iters][T] mean TCD weight per step
     mixture: list = field(default_factory=list)  # [iters][K] mean MOCA mixture
     conflict_share: list = field(default_factory=list)  # [iters] samples whose objective advantages disagree in sign
+    gradient_conflict: list = field(default_factory=list)  # [iters] share of updates with an objective's cosine < 0
+    worst_cosine: list = field(default_factory=list)  # [iters] mean over updates of the worst objective's cosine
+    objective_cosines: list = field(default_factory=list)  # [iters][K] mean cosine of each objective with the update
     loss: list = field(default_factory=list)
     clip_fraction: list = field(default_factory=list)
     eval_iterations: list = field(default_factory=list)  # iterations at which eval ran (0 = base)
@@ -148,15 +203,23 @@ def train_mode(base_model: TinyFlux, config: DemoConfig, variant: Variant, seed:
     optimizer = torch.optim.AdamW(_trainable(model), lr=config.learning_rate, betas=(0.9, 0.999),
                                   weight_decay=config.weight_decay)
     history = ModeHistory(mode=variant.name, eval_iterations=[0], eval_rewards=[list(base_eval_means)], drift=[0.0])
+    combiner = MarbleCombiner() if variant.gradient_combination == "marble" else None
     for iteration in range(config.grpo_steps):
         batch = collect_batch(model, config, seed, iteration)
         credit, advantages = assign_credit(batch, variant)
-        stats = policy_update(model, optimizer, batch, advantages, config, seed, iteration)
+        diagnose = config.conflict_diagnostic or combiner is not None
+        stats = policy_update(model, optimizer, batch, advantages, config, seed, iteration,
+                              objective_advantages=credit.objective_advantages if diagnose else None, combiner=combiner)
         summary = credit.summary()
         history.train_rewards.append(batch.rewards.mean(0).tolist())
         history.step_weights.append(summary["step_weight_mean_per_step"])
-        history.mixture.append(summary["mixture_mean_per_objective"])
+        history.mixture.append(combiner.weights.tolist() if combiner is not None else summary["mixture_mean_per_objective"])
         history.conflict_share.append(summary["conflict_share"])
+        if stats["diagnostics"]:
+            updates = stats["diagnostics"]
+            history.gradient_conflict.append(sum(d["conflict"] for d in updates) / len(updates))
+            history.worst_cosine.append(nanmean([d["worst"] for d in updates]))
+            history.objective_cosines.append([nanmean(c) for c in zip(*(d["cosines"] for d in updates))])
         history.loss.append(stats["loss"])
         history.clip_fraction.append(stats["clip_fraction"])
         done = iteration + 1

@@ -14,6 +14,9 @@ render (``data.clean_render``) scores exactly 1 on all three: the joint optimum 
 They conflict partly, on some samples: a blurred but well-placed shape keeps ``shape`` and loses
 ``edges``; an over-large shape or a shifted colour can gain ``edges`` (more or stronger boundary)
 while leaving the template or the palette. Only the clean render maximises all three.
+
+The ``agreeing`` regime (``regimes``) replaces ``edges`` by ``fidelity``: every pixel close to the
+clean render, ``1 - mean_pixels |p - clean| / sqrt(3)``; it moves with ``palette`` and ``shape``.
 """
 from __future__ import annotations
 
@@ -65,7 +68,16 @@ def edges(rgb: torch.Tensor, prompt_ids: torch.Tensor) -> torch.Tensor:
     return torch.minimum(ratio, 1 / ratio)
 
 
-def objective_rewards(images: torch.Tensor, prompt_ids: torch.Tensor) -> torch.Tensor:
-    """Every objective for a batch: ``images [B, 3, H, W]`` in [-1, 1] -> ``[B, K]`` (``OBJECTIVES`` order)."""
+def fidelity(rgb: torch.Tensor, prompt_ids: torch.Tensor) -> torch.Tensor:
+    clean = to_unit_rgb(clean_render(prompt_ids, rgb.shape[-1]))
+    return 1 - torch.linalg.vector_norm(rgb - clean, dim=1).flatten(1).mean(dim=1) / math.sqrt(3)
+
+
+#: Every objective by name (a regime picks K of them).
+OBJECTIVE_FUNCTIONS = {"palette": palette, "shape": shape, "edges": edges, "fidelity": fidelity}
+
+
+def objective_rewards(images: torch.Tensor, prompt_ids: torch.Tensor, objectives=OBJECTIVES) -> torch.Tensor:
+    """The named objectives for a batch: ``images [B, 3, H, W]`` in [-1, 1] -> ``[B, K]`` (``objectives`` order)."""
     rgb = to_unit_rgb(images.float())
-    return torch.stack([palette(rgb, prompt_ids), shape(rgb, prompt_ids), edges(rgb, prompt_ids)], dim=1)
+    return torch.stack([OBJECTIVE_FUNCTIONS[name](rgb, prompt_ids) for name in objectives], dim=1)

@@ -97,3 +97,30 @@ def plot_mixture(result: dict, path) -> None:
         ax.set_ylim(0, 1)
         ax.legend(fontsize=7, loc="upper right")
     _save(fig, path)
+
+
+def plot_gradient_conflict(result: dict, path, window: int = 5) -> None:
+    """The gradient-conflict diagnostic over training, one line per variant (mean over seeds, then a
+    moving average over ``window`` iterations): the share of updates in which some objective's gradient
+    has a negative cosine with the applied update, and the worst objective's cosine."""
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(10.5, 3.8), constrained_layout=True)
+    for mode in result["modes"]:
+        runs = [r for r in result["runs"] if r["mode"] == mode and r["history"].get("worst_cosine")]
+        if not runs:
+            continue
+        for ax, key in zip(axes, ("gradient_conflict", "worst_cosine")):
+            values = np.nanmean([np.asarray(r["history"][key], dtype=float) for r in runs], axis=0)
+            kernel = np.ones(min(window, len(values)))
+            # divided by the number of iterations inside the window, so the ends are not pulled to 0
+            smooth = np.convolve(values, kernel, mode="same") / np.convolve(np.ones_like(values), kernel, mode="same")
+            ax.plot(np.arange(1, len(values) + 1), smooth, label=mode, lw=1.3)
+    axes[0].set_title("share of updates with an objective's cosine < 0")
+    axes[0].set_ylim(-0.02, 1.02)
+    axes[1].set_title("worst objective's cosine with the applied update")
+    axes[1].axhline(0.0, color="black", lw=0.5)
+    for ax in axes:
+        ax.set_xlabel("GRPO iteration")
+    axes[0].legend(fontsize=7)
+    fig.suptitle(f"Gradient conflict (mean over seeds, moving average over {window} iterations)")
+    _save(fig, path)

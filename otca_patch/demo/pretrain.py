@@ -40,7 +40,8 @@ def pretrain(model: TinyFlux, config: DemoConfig) -> list[float]:
     bar = progress_bar(range(config.pretrain_steps), config, desc="pre-train base model")
     for _ in bar:
         prompts = sample_prompts(config.pretrain_batch, generator)
-        images = pack(corrupted_render(prompts, config.image_size, config.corrupt_prob, generator))
+        images = pack(corrupted_render(prompts, config.image_size, config.corrupt_prob, generator,
+                                         config.task_regime.corruptions))
         noise = torch.randn(images.shape, generator=generator)
         sigma = torch.rand(config.pretrain_batch, generator=generator)
         loss = flow_matching_loss(model, prompts, images, noise, sigma)

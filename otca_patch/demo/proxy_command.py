@@ -150,7 +150,7 @@ def demo_trajectories(config: DemoConfig, n: int, seed: int, log=print) -> dict:
     from .data import sample_prompts
     from .experiment import configure_torch
     from .model import unpack
-    from .pixel_rewards import OBJECTIVES, objective_rewards
+    from .pixel_rewards import objective_rewards
     from .pretrain import load_or_train_base_model
     from .sampling import sample_trajectories, sigma_schedule
 
@@ -169,9 +169,9 @@ def demo_trajectories(config: DemoConfig, n: int, seed: int, log=print) -> dict:
     @torch.no_grad()
     def score(tokens):
         images = unpack(tokens.flatten(0, 1), config.image_size)
-        return objective_rewards(images, prompts.repeat_interleave(count, 0)).view(n, count, -1)
+        return objective_rewards(images, prompts.repeat_interleave(count, 0), config.objectives).view(n, count, -1)
 
-    return {"latents": rollout.latents, "reward_names": list(OBJECTIVES), "prompt_ids": prompts,
+    return {"latents": rollout.latents, "reward_names": list(config.objectives), "prompt_ids": prompts,
             "sigmas": rollout.sigmas} | {key: score(value) for key, value in states.items()}
 
 

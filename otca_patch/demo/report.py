@@ -9,9 +9,11 @@ from .data import __doc__ as TASK_DOC
 from .evaluation import __doc__ as EVALUATION_DOC
 from .files import atomic_write_json, atomic_write_text
 from .pixel_rewards import __doc__ as OBJECTIVES_DOC
-from .plots import plot_mixture, plot_reward_curves, plot_step_weights
+from .plots import plot_gradient_conflict, plot_mixture, plot_reward_curves, plot_step_weights
+from .regimes import __doc__ as REGIMES_DOC
 
-REPORT_FILES = ("report.md", "metrics.json", "reward_curves.png", "step_weights.png", "mixture.png")
+REPORT_FILES = ("report.md", "metrics.json", "reward_curves.png", "step_weights.png", "mixture.png",
+                "gradient_conflict.png")
 
 
 def write_report(result: dict, out_dir, command: str = "otca-patch demo") -> list[Path]:
@@ -22,12 +24,15 @@ def write_report(result: dict, out_dir, command: str = "otca-patch demo") -> lis
     plot_reward_curves(result, out / "reward_curves.png")
     plot_step_weights(result, out / "step_weights.png")
     plot_mixture(result, out / "mixture.png")
+    plot_gradient_conflict(result, out / "gradient_conflict.png")
     atomic_write_text(out / "report.md", render_markdown(result, command))
     return [out / name for name in REPORT_FILES]
 
 
 def interval(stat: dict, digits: int = 3) -> str:
     """``mean [low, high]`` (or the mean alone for one seed)."""
+    if math.isnan(stat["mean"]):
+        return "n/a"
     if math.isnan(stat["low"]):
         return f"{stat['mean']:+.{digits}f}"
     return f"{stat['mean']:+.{digits}f} [{stat['low']:+.{digits}f}, {stat['high']:+.{digits}f}]"
@@ -36,11 +41,12 @@ def interval(stat: dict, digits: int = 3) -> str:
 def results_table(result: dict) -> str:
     """Per variant: each objective's gap closed, their mean, the drift (mean [95% interval] over seeds)."""
     objectives = result["objectives"]
-    lines = ["| variant | " + " | ".join(objectives) + " | mean gap closed | drift (KL to base) |",
-             "|---|" + "---:|" * (len(objectives) + 2)]
+    lines = ["| variant | " + " | ".join(objectives) + " | mean gap closed | drift (KL to base) | grad. conflict | worst cosine |",
+             "|---|" + "---:|" * (len(objectives) + 4)]
     for mode in result["modes"]:
         row = result["table"][mode]
-        cells = [interval(row[c]) for c in objectives + ["mean_gap_closed"]] + [interval(row["drift"], 4)]
+        cells = ([interval(row[c]) for c in objectives + ["mean_gap_closed"]] + [interval(row["drift"], 4)]
+                 + [interval(row[c]) if c in row else "n/a" for c in ("gradient_conflict", "worst_cosine")])
         lines.append(f"| `{mode}` | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -48,10 +54,11 @@ def results_table(result: dict) -> str:
 def comparison_table(result: dict) -> str:
     """Each variant minus the reference, paired by seed."""
     objectives, reference = result["objectives"], result["reference_mode"]
-    lines = ["| difference | " + " | ".join(objectives) + " | mean gap closed | drift |",
-             "|---|" + "---:|" * (len(objectives) + 2)]
+    lines = ["| difference | " + " | ".join(objectives) + " | mean gap closed | drift | grad. conflict | worst cosine |",
+             "|---|" + "---:|" * (len(objectives) + 4)]
     for mode, diff in result["comparisons"].items():
-        cells = [interval(diff[c]) for c in objectives + ["mean_gap_closed"]] + [interval(diff["drift"], 4)]
+        cells = ([interval(diff[c]) for c in objectives + ["mean_gap_closed"]] + [interval(diff["drift"], 4)]
+                 + [interval(diff[c]) if c in diff else "n/a" for c in ("gradient_conflict", "worst_cosine")])
         lines.append(f"| `{mode}` - `{reference}` | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -61,7 +68,7 @@ def render_markdown(result: dict, command: str) -> str:
     seeds, n = result["seeds"], len(result["seeds"])
     model = result["base_model"]
     lines = [
-        "# OTCA demo: credit variants on a task with a known joint optimum",
+        f"# OTCA demo: credit variants on a task with a known joint optimum (regime `{result.get('regime', 'conflicting')}`)",
         "",
         f"Command: `{command}`. Everything below was measured by this run; nothing is copied from the paper.",
         "",
@@ -85,6 +92,7 @@ def render_markdown(result: dict, command: str) -> str:
         "",
         "### Task", "", _indent_doc(TASK_DOC), "",
         "### Objectives", "", _indent_doc(OBJECTIVES_DOC), "",
+        "### Regimes", "", _indent_doc(REGIMES_DOC), "",
         "### Measures", "", _indent_doc(EVALUATION_DOC), "",
         "## Results", "",
         "| | " + " | ".join(objectives) + " |", "|---|" + "---:|" * len(objectives),
@@ -108,6 +116,8 @@ def render_markdown(result: dict, command: str) -> str:
         "## Figures", "",
         "![gap closed and drift](reward_curves.png)", "", "![step weights](step_weights.png)", "",
         "![mixture](mixture.png)", "",
+        "Gradient conflict (every update: each objective's own gradient against the applied update; "
+        "`otca_patch/demo/gradients.py`):", "", "![gradient conflict](gradient_conflict.png)", "",
         "## Caveats", "",
         f"{n} seeds of one small synthetic task with hand-written pixel objectives: an interval that contains 0 means "
         "these seeds cannot tell the variants apart, not that they are equal. The ablation (`otca-patch ablate`) adds "

@@ -8,6 +8,13 @@ A control answers one question about a claim:
   advantage on the same batch: is MOCA's effect more than a smaller step?
 - ``moca_beta0``, ``moca_centred``, ``moca_group``: MOCA without the exploration bias, with the
   bias centred on the group's mean path, and with one MGDA mixture per group.
+
+The peers' answers (docs/credit.md section 8; comparison methods, not OTCA):
+- ``coca``: CoCA's step credit (the credit engine's mode ``coca``, fed the predicted clean samples);
+- ``tempflow``: TempFlow-GRPO's noise-aware step weights (mode ``tempflow``, fed the SDE's step std);
+- ``marble``: MARBLE, a gradient-space method: K per-objective policy gradients per update,
+  combined by the min-norm rule over unit-normed gradients with an EMA of the weights
+  (``gradients.MarbleCombiner``); a demo variant only.
 """
 from __future__ import annotations
 
@@ -16,7 +23,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from otca_patch.credit import MODES, STEP_WEIGHTED_MODES, CreditConfig
+from otca_patch.credit import MODES, PEER_MODES, STEP_WEIGHTED_MODES, CreditConfig
 
 
 @dataclass(frozen=True)
@@ -26,6 +33,7 @@ class Variant:
     options: dict = field(default_factory=dict)  # extra CreditConfig fields
     rescale_to: str = ""  # a mode whose combined-advantage RMS this variant's advantages are scaled to
     description: str = ""
+    gradient_combination: str = ""  # "marble": the update combines per-objective gradients (not advantages)
 
     @property
     def step_weighted(self) -> bool:
@@ -33,7 +41,8 @@ class Variant:
 
     @property
     def fuses(self) -> bool:
-        return self.mode in ("moca", "otca")
+        """Whether the variant mixes the objectives by a learned mixture (MOCA's, or MARBLE's weights)."""
+        return self.mode in ("moca", "otca") or bool(self.gradient_combination)
 
     def credit_config(self) -> CreditConfig:
         missing = sorted(set(self.options) - {f.name for f in dataclasses.fields(CreditConfig)})
@@ -51,6 +60,12 @@ _MODE_DESCRIPTIONS = {
     "moca": "+ MOCA only",
     "otca": "OTCA (TCD + MOCA)",
 }
+PEERS = (
+    Variant("coca", "coca", description="CoCA (x0-hat contribution credit; comparison)"),
+    Variant("tempflow", "tempflow", description="TempFlow-GRPO (noise-aware step weights; comparison)"),
+    Variant("marble", "multi_grpo", gradient_combination="marble",
+            description="MARBLE (min-norm of per-objective gradients; comparison)"),
+)
 CONTROLS = (
     Variant("tcd_batch", "tcd", {"weight_scope": "batch"}, description="TCD, batch schedule only (weight_scope=batch)"),
     Variant("multi_grpo_moca_rms", "multi_grpo", rescale_to="moca",
@@ -59,9 +74,12 @@ CONTROLS = (
     Variant("moca_centred", "moca", {"explore_center": True}, description="MOCA, explore_center"),
     Variant("moca_group", "moca", {"fusion": "group"}, description="MOCA, fusion=group (MGDA per group)"),
 )
-VARIANTS = {m: Variant(m, m, description=_MODE_DESCRIPTIONS[m]) for m in MODES} | {v.name: v for v in CONTROLS}
-#: The ablation's rows: the paper's Table 4 order, then the controls.
-ABLATION_ORDER = ("sum", "multi_grpo", "gdpo", "tcd", "moca", "otca") + tuple(v.name for v in CONTROLS)
+VARIANTS = ({m: Variant(m, m, description=_MODE_DESCRIPTIONS[m]) for m in MODES} | {v.name: v for v in CONTROLS}
+            | {v.name: v for v in PEERS})
+assert {v.mode for v in PEERS} <= set(MODES) | set(PEER_MODES)
+#: The ablation's rows: the paper's Table 4 order, then the controls, then the peers.
+ABLATION_ORDER = (("sum", "multi_grpo", "gdpo", "tcd", "moca", "otca") + tuple(v.name for v in CONTROLS)
+                  + tuple(v.name for v in PEERS))
 assert set(ABLATION_ORDER) == set(VARIANTS)
 
 
@@ -71,12 +89,15 @@ def check_available(names) -> None:
         VARIANTS[name].credit_config()
 
 
-def variant_credit(variant: Variant, rewards: torch.Tensor, latents: torch.Tensor, group_ids: torch.Tensor):
+def variant_credit(variant: Variant, rewards: torch.Tensor, latents: torch.Tensor, group_ids: torch.Tensor,
+                   clean: torch.Tensor = None, step_noise: torch.Tensor = None):
     """``(credit, advantages [B, T])`` of ``variant`` from the credit engine; for a rescaled variant the
-    advantages are multiplied by ``rms(combined of rescale_to) / rms(own combined)`` on this batch."""
+    advantages are multiplied by ``rms(combined of rescale_to) / rms(own combined)`` on this batch.
+    ``clean [B, T+1, ...]`` (predicted clean samples) and ``step_noise [T]`` go to the modes that use them."""
     from otca_patch.credit import compute_credit
 
-    credit = compute_credit(rewards, latents, group_ids, variant.credit_config())
+    extra = {"coca": {"clean": clean}, "tempflow": {"step_noise": step_noise}}.get(variant.mode, {})
+    credit = compute_credit(rewards, latents, group_ids, variant.credit_config(), **extra)
     if not variant.rescale_to:
         return credit, credit.advantages
     target = compute_credit(rewards, latents, group_ids, CreditConfig(mode=variant.rescale_to))
