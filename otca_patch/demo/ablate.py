@@ -86,7 +86,8 @@ def main(argv=None) -> int:
 
 def add_peer_comparisons(result: dict, candidate: str = "otca") -> None:
     """``result["peer_comparisons"]``: ``candidate`` minus each peer that ran, paired by seed (every
-    column, mean [95% t-interval]), and ``result["peer_verdicts"]`` from ``stats.pareto_verdict``."""
+    column, mean [95% t-interval], with the practical threshold of ``result["thresholds"]``), and
+    ``result["peer_verdicts"]`` from ``stats.pareto_verdict`` (the rule ``compare`` uses)."""
     modes, seeds, objectives = result["modes"], result["seeds"], result["objectives"]
     result["peer_comparisons"], result["peer_verdicts"] = {}, {}
     if candidate not in modes:
@@ -98,7 +99,8 @@ def add_peer_comparisons(result: dict, candidate: str = "otca") -> None:
         return run["gap_closed"][column] if column in objectives else run[column]
 
     for peer in (v.name for v in PEERS if v.name in modes):
-        diff = {c: mean_interval([value(by[candidate, s], c) - value(by[peer, s], c) for s in seeds]) for c in columns}
+        diff = {c: mean_interval([value(by[candidate, s], c) - value(by[peer, s], c) for s in seeds],
+                                 threshold=result.get("thresholds", {}).get(c)) for c in columns}
         result["peer_comparisons"][peer] = diff
         result["peer_verdicts"][peer] = pareto_verdict({k: diff[k] for k in objectives}, candidate, peer)
 
