@@ -63,7 +63,8 @@ def test_the_demo_summary_calls_a_certain_tiny_gap_negligible_in_base_sample_std
         for mode, palette in (("multi_grpo", 0.5), ("otca", 0.499)):  # gap closed 0.3 vs 0.299
             jobs.append(Job(config={}, mode=mode, seed=seed, base_path=""))
             outputs.append(output([palette, 0.6 + 0.01 * seed, 0.6 - 0.01 * seed]))
-    config = SimpleNamespace(threshold=0.1, sampling_steps=4, shift=3.0, to_dict=lambda: {})
+    config = SimpleNamespace(threshold=0.1, sampling_steps=4, shift=3.0, to_dict=lambda: {}, regime="conflicting",
+                             objectives=("palette", "shape", "edges"))
     result = summarise(config, jobs, outputs, info={})
     threshold = 0.1 * np.std([0.0, 0.2, 0.4], ddof=1) / 1.0
     assert result["thresholds"]["palette"] == pytest.approx(threshold, rel=1e-4)

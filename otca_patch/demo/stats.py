@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from ..analysis.verdict import NEGLIGIBLE, classify, direction, threshold_text
+from ..analysis.verdict import NEGLIGIBLE, NONE, classify, direction, threshold_text
 
 #: Two-sided 95% Student-t quantiles t_{0.975, df} for df = 1..30 (beyond: the normal 1.96).
 _T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
@@ -64,7 +64,10 @@ def pareto_verdict(differences: dict, candidate: str, reference: str, thresholds
         return (f"A trade-off: `{candidate}` is better on {', '.join(better)} and worse on {', '.join(worse)} "
                 f"than `{reference}` (95% intervals{stated}).{small}")
     if negligible:
-        return (f"No practical difference: no objective's 95% interval of `{candidate}` - `{reference}` leaves the "
-                f"practical threshold.{small} ({stated[2:]}.)")
+        unseparated = [k for k, v in verdicts.items() if v == NONE]
+        rest = (f" On {', '.join(unseparated)} the 95% interval contains 0 (not separated at this number of seeds)."
+                if unseparated else "")
+        return (f"No practical difference: `{candidate}` - `{reference}` is neither better nor worse on any "
+                f"objective.{small}{rest} ({stated[2:]}.)")
     return (f"Not separated: every objective's 95% interval of `{candidate}` - `{reference}` contains 0 "
             f"at this number of seeds ({stated[2:]}).")
