@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
+from .select import checkout_upstreams
 from .spec import TargetSpec
 
 #: trainer scripts, looked for in the folders that hold a spec's file (fastvideo/, scripts/)
@@ -41,7 +42,7 @@ def closest_spec(path: Path, checkout: Path, specs: Sequence[TargetSpec]) -> tup
 
 def missing_files(checkout: Path, specs: Sequence[TargetSpec]) -> tuple[list[TargetSpec], list[TargetSpec]]:
     """(specs of this checkout's upstream(s) whose file is not here, specs of other upstreams)."""
-    here = {spec.upstream for spec in specs if (checkout / spec.file).is_file()}
+    here = checkout_upstreams(checkout, list(specs))  # a shared path alone does not make MixGRPO DanceGRPO
     absent = [spec for spec in specs if not (checkout / spec.file).is_file()]
     return [s for s in absent if s.upstream in here], [s for s in absent if s.upstream not in here]
 

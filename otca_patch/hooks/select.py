@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
 from .errors import PatchError
 from .rewrite import check, rewrite
@@ -96,3 +97,19 @@ def spec_choice_for_script(script: str | os.PathLike, specs: list[TargetSpec] | 
     """The spec for a launched script, chosen by its path and content; ``None`` when no spec targets it."""
     found = candidates(script, specs)
     return choose_spec(script, found) if found else None
+
+
+def checkout_upstreams(checkout: Path, specs: list[TargetSpec]) -> set[str]:
+    """The upstream(s) ``checkout`` is a clone of: those with a file at a path no other upstream
+    shares; where only shared paths exist (MixGRPO's FLUX trainer is at DanceGRPO's path), the one
+    the file's content picks (every candidate when none or several hold)."""
+    files = {file: [spec for spec in specs if spec.file == file] for file in dict.fromkeys(s.file for s in specs)}
+    files = {file: mine for file, mine in files.items() if (checkout / file).is_file()}
+    present = {mine[0].upstream for mine in files.values() if len({s.upstream for s in mine}) == 1}
+    for file, mine in files.items():
+        if len({s.upstream for s in mine}) > 1 and not present & {spec.upstream for spec in mine}:
+            try:
+                present.add(choose_spec(checkout / file, mine).spec.upstream)
+            except SpecChoiceError:
+                present.update(spec.upstream for spec in mine)
+    return present

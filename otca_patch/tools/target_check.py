@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..hooks.doctor import diagnose
-from ..hooks.select import SpecChoiceError, choose_spec
+from ..hooks.select import checkout_upstreams
 from ..hooks.source import file_sha256
 
 WIDTH = 100
@@ -35,17 +35,7 @@ class TargetCheck:
 def upstream_specs(checkout: Path, specs: list) -> list:
     """The specs of the upstream(s) this checkout is a clone of: every spec whose ``upstream`` has a
     file in the checkout now (so a target whose file a commit lacks is still listed)."""
-    files = {file: [spec for spec in specs if spec.file == file] for file in dict.fromkeys(s.file for s in specs)}
-    files = {file: mine for file, mine in files.items() if (checkout / file).is_file()}
-    # a path only one upstream has says which it is; a path several share (MixGRPO's is DanceGRPO's)
-    # only where nothing else does, by the file's content
-    present = {mine[0].upstream for mine in files.values() if len(mine) == 1}
-    for file, mine in files.items():
-        if len(mine) > 1 and not present & {spec.upstream for spec in mine}:
-            try:
-                present.add(choose_spec(checkout / file, mine).spec.upstream)
-            except SpecChoiceError:
-                present.update(spec.upstream for spec in mine)
+    present = checkout_upstreams(checkout, specs)
     return [spec for spec in specs if spec.upstream in present]
 
 
