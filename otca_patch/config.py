@@ -95,6 +95,8 @@ class OtcaConfig:
             raise ValueError("--otca_sync_grads needs --otca or --otca_observe (the fix is installed by the layer)")
         if (self.otca_wan22 or self.otca_wan22_train != "both") and not self.active:
             raise ValueError("--otca_wan22 / --otca_wan22_train need --otca or --otca_observe (the layer loads the experts)")
+        if not self.otca_log_dir.strip():
+            raise ValueError("--otca_log_dir: empty; give the folder for run_log.jsonl (default otca_logs)")
         if self.otca_video_frames < 1:
             raise ValueError(f"--otca_video_frames: need at least 1 frame, got {self.otca_video_frames}")
         if not self.otca_rank_check_timeout > 0:

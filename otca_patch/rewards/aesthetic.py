@@ -35,6 +35,7 @@ CLIP_SPEC = CheckpointSpec(
 
 
 class AestheticReward(RewardModel):
+    checkpoint_slots = (("checkpoint", HEAD_SPEC, True), ("clip_checkpoint", CLIP_SPEC, True))
     """score = head(normalize(clip.encode_image(x))); roughly 1..10 for the published head; ``[B]``."""
 
     name = "aesthetic"

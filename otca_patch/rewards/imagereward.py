@@ -116,6 +116,7 @@ def _vision_shape(sd, heads: Optional[int]):
 
 
 class ImageRewardReward(RewardModel):
+    checkpoint_slots = (("checkpoint", SPEC, True), ("tokenizer", TOKENIZER_SPEC, False))  # tokenizer: found beside
     """ImageReward (normalised; about -2..2); ``[B]`` float32."""
 
     name = "imagereward"

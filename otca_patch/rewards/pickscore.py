@@ -52,6 +52,7 @@ def _crop_size(image_processor) -> int:
 
 
 class PickScoreReward(RewardModel):
+    checkpoint_slots = (("checkpoint", SPEC, True), ("processor", PROCESSOR_SPEC, False))  # processor: the model's
     """PickScore; ``[B]`` float32."""
 
     name = "pickscore"
