@@ -71,9 +71,12 @@ class OtcaConfig:
     otca_wan22_train: str = flag("Wan2.2: which experts train ('both', 'transformer' = high-noise, "
                                  "'transformer_2' = low-noise); the other still serves its steps", "both",
                                  choices=("both", "transformer", "transformer_2"), target_only=True)
-    otca_rank_check_timeout: float = flag("seconds each patched rank waits for every rank of the process group to "
-                                          "register the same layer, upstream file and flags before the first "
-                                          "rollout; a missing or different rank stops them all", 120.0)
+    otca_rank_check_timeout: Optional[float] = flag("seconds, from the first rank's registration, that the patched "
+                                                    "ranks wait for every rank of the process group to register the "
+                                                    "same layer, upstream file, flags and reward checkpoints before "
+                                                    "the first rollout; a missing or different rank stops them all "
+                                                    "(default: the process group's own timeout, 10 min under NCCL)",
+                                                    None)
 
     def __post_init__(self) -> None:
         self.otca_rewards = tuple(self.otca_rewards)
@@ -99,7 +102,7 @@ class OtcaConfig:
             raise ValueError("--otca_log_dir: empty; give the folder for run_log.jsonl (default otca_logs)")
         if self.otca_video_frames < 1:
             raise ValueError(f"--otca_video_frames: need at least 1 frame, got {self.otca_video_frames}")
-        if not self.otca_rank_check_timeout > 0:
+        if self.otca_rank_check_timeout is not None and not self.otca_rank_check_timeout > 0:
             raise ValueError(f"--otca_rank_check_timeout: give a positive number of seconds, got {self.otca_rank_check_timeout}")
         self.credit_config()  # validates every credit option, naming it
 
