@@ -170,6 +170,19 @@ def parse_otca_args(argv: Sequence[str]) -> tuple[OtcaConfig, list[str]]:
     return flags.from_namespace(OtcaConfig, namespace), rest
 
 
+def environment_flags_note(prog: str) -> Optional[str]:
+    """The line saying that flags come from ``$OTCA_PATCH_ARGS`` rather than the command line (a
+    stale ``export`` would switch the layer on unseen), or ``None``: not set, or set by the
+    ``otca-patch launch`` this process belongs to (which printed its flags already)."""
+    from .launch.worker import COMMAND_VARIABLE
+
+    text = os.environ.get(ENV_ARGS, "").strip()
+    if not text or os.environ.get(COMMAND_VARIABLE):
+        return None
+    return (f"{prog}: flags from ${ENV_ARGS}, not from the command line: {text} "
+            f"(`unset {ENV_ARGS}` to run without them)")
+
+
 def config_from_environment(argv: Sequence[str] = ()) -> tuple[OtcaConfig, list[str]]:
     """Flags from ``$OTCA_PATCH_ARGS`` followed by those in ``argv`` (which win); returns the rest of argv."""
     env_tokens = shlex.split(os.environ.get(ENV_ARGS, ""))

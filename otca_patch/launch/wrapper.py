@@ -36,7 +36,7 @@ from ..hooks.select import choose_spec
 from ..hooks.source import read_source
 from ..hooks.spec import TargetSpec, load_specs
 from . import reach
-from .worker import COMMAND_VARIABLE, RECORD_VARIABLE
+from .worker import COMMAND_VARIABLE, ERROR_EVENT, RECORD_VARIABLE
 
 PROG = "otca-patch launch"
 STARTUP_DIR = Path(__file__).resolve().parent / "startup"
@@ -190,10 +190,40 @@ def read_record(path: Path) -> tuple[list[str], list[str]]:
     except OSError:
         lines = []
     for line in lines:
+        if line.startswith("{"):  # an event (worker.record_error), not a script line
+            continue
         kind, _, rest = line.partition("\t")
         script = rest.split("\t")[0]
         (targeted if kind == "targeted" else ran)[script] = None
     return list(targeted), [s for s in ran if s not in targeted]
+
+
+def first_error(path: Path) -> dict | None:
+    """The first error a process of the launch reported (``worker.record_error``), or None."""
+    import json
+
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        if line.startswith("{"):
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(event, dict) and event.get("event") == ERROR_EVENT:
+                return event
+    return None
+
+
+def failure_message(event: dict) -> str:
+    """The end of a failed launch: which process stopped first, and why."""
+    who = ", ".join(filter(None, [f"rank {event['rank']}" if event.get("rank") is not None else "",
+                                  f"host {event.get('host')}", f"pid {event.get('pid')}"]))
+    script = event.get("script") or "a process"
+    shown = os.path.relpath(script) if os.path.isabs(script) else script
+    return f"the launch failed; the first error a process reported ({shown}, {who}): {event.get('message')}"
 
 
 def no_target_message(ran: list[str]) -> str:
@@ -348,8 +378,12 @@ def main(argv=None) -> int:
     try:
         code = run_and_wait(command, env)
         targeted, ran = read_record(record)
+        failure = first_error(record)
     finally:
         record.unlink(missing_ok=True)
+    if failure is not None and (code or not targeted):
+        error(failure_message(failure))
+        return code or 2
     if not targeted:
         error(no_target_message(ran))
         return code or 2

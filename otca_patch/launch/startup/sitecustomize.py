@@ -64,7 +64,24 @@ def _asks_for_layer(args, script):
 def _fail(message):
     sys.stderr.write(f"{os.environ.get(COMMAND_VARIABLE) or 'otca-patch'}: error: {message}\n")
     sys.stderr.flush()
+    _record_error(message)
     os._exit(2)
+
+
+def _record_error(message):
+    """The launch relays the first error (the same JSON line as ``launch.worker.record_error``)."""
+    record = os.environ.get(RECORD_VARIABLE)
+    if record:
+        import json
+        import socket
+
+        try:
+            with open(record, "a") as handle:
+                handle.write(json.dumps({"event": "error", "pid": os.getpid(), "host": socket.gethostname(),
+                                         "rank": os.environ.get("RANK"), "script": sys.argv[0] if sys.argv else "",
+                                         "message": message}) + "\n")
+        except OSError:
+            pass
 
 
 def _become_worker(target):
