@@ -215,7 +215,10 @@ def test_a_rank_without_the_layer_stops_every_rank_within_the_timeout(dist_train
     done, seconds = run_two_ranks(dist_trainer, "unset OTCA_PATCH_ARGS", timeout="3")
     assert_stopped_without_a_collective(done, upstream)
     assert exit_code(done.stderr, 0) == 2  # the patched rank stopped itself; the agent then ended rank 1
-    assert done.stderr.count("rank 1 (host ") == 1 and "did not register within 3 s" in done.stderr
+    # said by rank 0, and relayed once more as the launch's last line (the first error a process reported)
+    assert done.stderr.count("rank 1 (host ") == 2 and "did not register within 3 s" in done.stderr
+    assert "otca-patch launch: error: the launch failed; the first error a process reported (trainer/train.py, " \
+           "rank 0, host " in done.stderr
     # the worker's messages carry the prefix of the command the user typed (`otca-patch launch:`)
     assert "otca-patch launch: error: the 2 ranks of this job do not all run the layer the same way" in done.stderr
     assert seconds < 120, "bounded by the check's timeout plus start-up, not by gloo's 30 minutes"
