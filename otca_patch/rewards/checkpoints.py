@@ -32,19 +32,29 @@ class CheckpointSpec:
     """What one checkpoint slot of a reward model expects.
 
     model: reward name ("hpsv2"); env_var: where to look when no path is given;
-    expected: the published file, for error messages; kind: "file", "dir" or "any".
+    expected: the published file, for error messages; kind: "file", "dir" or "any";
+    option: the loader's keyword for a second file (aesthetic's ``clip_checkpoint``), None for the
+    model's own checkpoint.
     """
 
     model: str
     env_var: str
     expected: str
     kind: str = "file"
+    option: Optional[str] = None
+
+    def how_to_give(self) -> str:
+        """The flag a training run and ``otca-patch eval`` take for this file, the keyword, the variable."""
+        if self.option is None:
+            return (f"pass --otca_reward_ckpt {self.model}=PATH to the training run (otca-patch eval: "
+                    f"--reward_ckpt {self.model}=PATH; Python: checkpoint=PATH) or set {self.env_var}")
+        return (f"pass --otca_reward_opt {self.model}.{self.option}=PATH to the training run (otca-patch eval: "
+                f"--reward_opt {self.model}.{self.option}=PATH; Python: {self.option}=PATH) or set {self.env_var}")
 
     def error(self, path: Optional[PathLike], problem: str) -> CheckpointError:
         tried = f"path tried: {path}" if path is not None else f"no path given and ${self.env_var} is unset"
         return CheckpointError(
-            f"reward model {self.model!r}: {problem}; {tried}; expected {self.expected} "
-            f"(pass checkpoint=PATH or set {self.env_var})")
+            f"reward model {self.model!r}: {problem}; {tried}; expected {self.expected} ({self.how_to_give()})")
 
 
 def resolve(spec: CheckpointSpec, explicit: Optional[PathLike] = None,
