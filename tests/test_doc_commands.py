@@ -32,7 +32,8 @@ UPSTREAMS = {"DanceGRPO": ("OTCA_UPSTREAM_DANCEGRPO", "fastvideo/train_grpo_flux
 README_MAX_LINES = 250
 #: pages the README links to that other branches of this round write (merged before release); a
 #: link to one of them is checked like any other as soon as the file exists
-WRITTEN_ELSEWHERE = {"docs/spec-format.md", "docs/run-log.md", "docs/adding-a-target.md", "docs/gpu-check.md"}
+WRITTEN_ELSEWHERE = {"docs/spec-format.md", "docs/run-log.md", "docs/adding-a-target.md", "docs/gpu-check.md",
+                     "docs/flowgrpo-commits.md", "docs/flowgrpo-trainers.md", "docs/launch-preflight.md"}
 
 
 def ci_blocks() -> list[tuple[str, str | None, str]]:
