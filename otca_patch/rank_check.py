@@ -122,8 +122,8 @@ def check_ranks(store, rank: int, world_size: int, mine: dict, timeout: float, a
     if problems:
         raise RankError(f"the {world_size} ranks of this job do not all run the layer the same way, so every "
                         f"patched rank stops before its first rollout:\n  " + "\n  ".join(problems) +
-                        "\n  Run the same launch, through scripts/otca_run.sh with the same --otca flags, on every "
-                        "node (see the README's multi-node section).", file)
+                        "\n  Run the same launch, through otca-patch launch with the same --otca flags, on every "
+                        "node (see docs/multi-node.md).", file)
     return {"world_size": world_size, "hosts": {str(r): entries[r]["host"] for r in sorted(entries)},
             "seconds": round(time.monotonic() - started, 3), "window_s": timeout}
 

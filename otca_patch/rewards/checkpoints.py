@@ -32,24 +32,36 @@ class CheckpointSpec:
     """What one checkpoint slot of a reward model expects.
 
     model: reward name ("hpsv2"); env_var: where to look when no path is given;
-    expected: the published file, for error messages; kind: "file", "dir" or "any".
+    expected: the published file, for error messages; kind: "file", "dir" or "any";
+    option: the loader's keyword for a second file (aesthetic's ``clip_checkpoint``), None for the
+    model's own checkpoint.
     """
 
     model: str
     env_var: str
     expected: str
     kind: str = "file"
+    option: Optional[str] = None
 
-    def error(self, path: Optional[PathLike], problem: str, given_as: str = "checkpoint=PATH") -> CheckpointError:
-        """``given_as``: how the caller passes the path (a launch: ``--otca_reward_ckpt NAME=PATH``)."""
+    def how_to_give(self) -> str:
+        """The flag a training run and ``otca-patch eval`` take for this file, the keyword, the variable."""
+        if self.option is None:
+            return (f"pass --otca_reward_ckpt {self.model}=PATH to the training run (otca-patch eval: "
+                    f"--reward_ckpt {self.model}=PATH; Python: checkpoint=PATH) or set {self.env_var}")
+        return (f"pass --otca_reward_opt {self.model}.{self.option}=PATH to the training run (otca-patch eval: "
+                f"--reward_opt {self.model}.{self.option}=PATH; Python: {self.option}=PATH) or set {self.env_var}")
+
+    def error(self, path: Optional[PathLike], problem: str, given_as: Optional[str] = None) -> CheckpointError:
+        """``given_as``: how the caller passes the path (a launch: ``--otca_reward_ckpt NAME=PATH``); by
+        default every way (``how_to_give``)."""
         tried = f"path tried: {path}" if path is not None else f"no path given and ${self.env_var} is unset"
         return CheckpointError(
             f"reward model {self.model!r}: {problem}; {tried}; expected {self.expected} "
-            f"(pass {given_as} or set {self.env_var})")
+            f"({f'pass {given_as} or set {self.env_var}' if given_as else self.how_to_give()})")
 
 
 def resolve(spec: CheckpointSpec, explicit: Optional[PathLike] = None,
-            env: Optional[Mapping[str, str]] = None, given_as: str = "checkpoint=PATH") -> Path:
+            env: Optional[Mapping[str, str]] = None, given_as: Optional[str] = None) -> Path:
     """The existing local path for ``spec``: ``explicit`` if given, else ``$spec.env_var``."""
     env = os.environ if env is None else env
     raw = explicit if explicit is not None else env.get(spec.env_var) or None

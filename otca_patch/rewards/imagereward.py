@@ -43,6 +43,7 @@ SPEC = CheckpointSpec(
 TOKENIZER_SPEC = CheckpointSpec(
     model="imagereward",
     env_var="OTCA_CKPT_IMAGEREWARD_TOKENIZER",
+    option="tokenizer",
     expected="the bert-base-uncased tokenizer folder (vocab.txt, tokenizer_config.json; huggingface "
              "google-bert/bert-base-uncased)",
     kind="dir",

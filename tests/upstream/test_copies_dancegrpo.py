@@ -13,6 +13,8 @@ import torch
 
 from otca_patch.credit import CreditConfig, credit_from_progress
 
+from free_port import free_port
+
 from .conftest import REPO, run_smoke
 
 pytestmark = pytest.mark.upstream
@@ -45,7 +47,7 @@ def launch(checkout, line, *flags):
 
 
 def test_the_copied_trainer_stops_before_any_of_its_code_runs_and_names_the_flux_spec(checkout):
-    done = launch(checkout, f"torchrun --nproc_per_node 1 --master_port {29600 + os.getpid() % 100} {MINE} "
+    done = launch(checkout, f"torchrun --nproc_per_node 1 --master_port {free_port()} {MINE} "
                             "--data_json_path data/rl_embeddings/videos2caption.json --seed 42", "--otca")
     assert done.returncode != 0
     assert MARK not in done.stdout, "not one line of the copy may run"
