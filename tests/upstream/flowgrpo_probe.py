@@ -1,7 +1,8 @@
 """Test-only recorder of what FlowGRPO's trainers sample (``--probe``): for each training rollout
 (``pipeline_with_logprob`` with a nonzero ``noise_level``; evaluation samples with 0) every state
-the sampler passes through, from ``sde_step_with_logprob``'s own inputs and outputs (the whole
-trajectory, also where the trainer keeps only an SDE window), and for each training reward call
+the sampler passes through and each step's noise level, from ``sde_step_with_logprob``'s own
+inputs and outputs (the whole trajectory, also where the trainer keeps only an SDE window, whose
+steps are the ones with noise), and for each training reward call
 (``multi_score``'s function with ``only_strict=True``) its images, prompts and returned rewards.
 Nothing is read from the layer."""
 import inspect
@@ -11,14 +12,15 @@ import torch
 
 class RolloutRecorder:
     def __init__(self, module):
-        self.trajectories, self.images, self.prompts, self.rewards = [], [], [], []
-        recorder, states = self, []
+        self.trajectories, self.noise_levels, self.images, self.prompts, self.rewards = [], [], [], [], []
+        recorder, states, noise_levels = self, [], []
         pipeline = module.pipeline_with_logprob
         globals_ = inspect.unwrap(pipeline).__globals__
         step = globals_["sde_step_with_logprob"]
 
         def recording_step(scheduler, model_output, timestep, sample, *args, **kwargs):
             out = step(scheduler, model_output, timestep, sample, *args, **kwargs)
+            noise_levels.append(float(kwargs.get("noise_level", 0.7)))
             if not states:
                 states.append(sample.detach().double().cpu())
             states.append(out[0].detach().double().cpu())
@@ -26,9 +28,11 @@ class RolloutRecorder:
 
         def recording_pipeline(*args, **kwargs):
             states.clear()
+            noise_levels.clear()
             result = pipeline(*args, **kwargs)
             if kwargs.get("noise_level", 0.7) != 0:
                 recorder.trajectories.append(torch.stack(list(states), dim=1))
+                recorder.noise_levels.append(torch.tensor(noise_levels))
             return result
 
         globals_["sde_step_with_logprob"] = recording_step
@@ -51,5 +55,5 @@ class RolloutRecorder:
         rewards_module.multi_score = recording_multi_score
 
     def save(self, path):
-        torch.save({"trajectories": self.trajectories, "images": self.images, "prompts": self.prompts,
+        torch.save({"trajectories": self.trajectories, "noise_levels": self.noise_levels, "images": self.images, "prompts": self.prompts,
                     "rewards": self.rewards}, path)

@@ -75,8 +75,9 @@ class FlowTrainerChecks:
     mutation = ('samples["advantages"] = (', 'samples.__setitem__("advantages", ')
     loss_rtol = 1e-4
 
-    def trained_steps(self, run, trajectory: torch.Tensor, record: dict) -> torch.Tensor:
-        """``[b, T]`` the original sampling step of each trained column, from the recorded rollout."""
+    def trained_steps(self, trajectory: torch.Tensor, noise_levels: torch.Tensor) -> torch.Tensor:
+        """``[b, T]`` the sampling step of each trained column, from the recorded rollout: its states
+        ``[b, S+1, ...]`` and each step's noise level ``[S]`` (SDE steps: nonzero)."""
         raise NotImplementedError
 
     # ---- runs
@@ -160,6 +161,7 @@ class FlowTrainerChecks:
             records = [run.record(epoch, rank) for rank in range(self.nproc)]
             assert records[0]["objectives"] == ["jpeg_compressibility", "clip_t"]
             trajectories = [self.epoch(r, epoch, "trajectories") for r in recorded]
+            noise_levels = [self.epoch(r, epoch, "noise_levels") for r in recorded]
             prompts = [p for r in recorded for p in self.epoch(r, epoch, "prompts")]
             jpeg = torch.cat([self.epoch(r, epoch, "rewards")["jpeg_compressibility"] for r in recorded])
             images = torch.cat([self.epoch(r, epoch, "images") for r in recorded])
@@ -171,7 +173,7 @@ class FlowTrainerChecks:
             batch = trajectories[0].shape[0]
             for rank, record in enumerate(records):
                 rows = slice(rank * batch, (rank + 1) * batch)
-                steps = self.trained_steps(run, trajectories[rank], record)
+                steps = self.trained_steps(trajectories[rank], noise_levels[rank])
                 expected = credit.advantages[rows].double().gather(1, steps)
                 logged = torch.tensor(record["advantages"], dtype=torch.float64)
                 assert logged.shape == expected.shape

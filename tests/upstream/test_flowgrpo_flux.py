@@ -16,6 +16,6 @@ class TestFlowGrpoFlux(FlowTrainerChecks):
     model_env = "OTCA_TINY_FLUX_DIR"
     trained_columns = 3  # int(4 sampling steps * timestep_fraction 0.75)
 
-    def trained_steps(self, run, trajectory, record):
-        assert trajectory.shape[1] == 4 + 1  # the plain FLUX pipeline stores every state
+    def trained_steps(self, trajectory, noise_levels):
+        assert trajectory.shape[1] == 4 + 1 and bool((noise_levels > 0).all())  # SDE steps throughout
         return torch.arange(self.trained_columns).expand(trajectory.shape[0], -1)
