@@ -61,6 +61,12 @@ def built_once(folder: Path, build: Callable[[Path], Path]) -> Path:
     return folder
 
 
+def write_prompt_lists(folder: Path) -> None:
+    """``train.txt`` / ``test.txt``: the prompt lists of upstream's ``general_ocr`` dataset."""
+    _write_once(folder / "train.txt", "\n".join(PROMPTS) + "\n")
+    _write_once(folder / "test.txt", "\n".join(PROMPTS[:2]) + "\n")
+
+
 class FsdpProbe:
     """The probe of a trainer without accelerate (Qwen-Image's FSDP loop): every ``loss.backward()``
     and every ``torch.nn.utils.clip_grad_norm_`` of this process, and the trained weights at the end."""
@@ -97,7 +103,8 @@ class FsdpProbe:
 class FlowTrainer:
     """One FlowGRPO trainer's smoke: ``upstream_file`` (in the checkout), ``build_model(folder)`` (its
     tiny pipeline), ``model_env`` (a variable naming a shared pipeline folder, for tests),
-    ``overrides(sizes)`` (its config keys over ``common_overrides``), ``probe`` (a probe class)."""
+    ``overrides(sizes)`` (its config keys over ``common_overrides``), ``probe`` (a probe class),
+    ``write_dataset(folder)`` (its dataset files; default: upstream's ``general_ocr`` prompt lists)."""
 
     upstream_file: str
     module_name: str
@@ -106,13 +113,14 @@ class FlowTrainer:
     overrides: Callable[[FlowSizes], dict] = lambda sizes: {}
     probe: type = TrainingProbe
     extra_packages: tuple = field(default=())
+    write_dataset: Callable[[Path], None] = write_prompt_lists
+    prepare: Callable = lambda module: None  # CPU stand-ins the trainer's module needs (after loading)
 
     def write_config(self, out_dir: Path, upstream_dir: Path, sizes: FlowSizes, model: Path) -> str:
         """The ``--config`` value: a config file in ``out_dir`` and its JSON settings."""
         dataset = out_dir / "dataset"
         dataset.mkdir(parents=True, exist_ok=True)
-        _write_once(dataset / "train.txt", "\n".join(PROMPTS) + "\n")
-        _write_once(dataset / "test.txt", "\n".join(PROMPTS[:2]) + "\n")
+        self.write_dataset(dataset)
         overrides = {**common_overrides(sizes, dataset, model), **self.overrides(sizes)}
         settings = out_dir / "smoke_config.json"
         _write_once(settings, json.dumps({"upstream_dir": str(upstream_dir), "epochs": sizes.steps,
@@ -138,6 +146,7 @@ class FlowTrainer:
         config_flag = self.write_config(out_dir, upstream_dir, sizes, model)
         os.chdir(out_dir)  # upstream's logs/ and checkpoints go here
         module = load_upstream(upstream_dir, self.upstream_file, config, f"flowgrpo_{self.module_name}")
+        self.prepare(module)
         recording = self.probe(module)
         test_probe = probe(module) if probe is not None else None  # --probe: a test's recorder
 
