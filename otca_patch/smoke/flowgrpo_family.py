@@ -44,6 +44,11 @@ def common_overrides(sizes: FlowSizes, dataset: Path, model: Path) -> dict:
             "sample.eval_guidance_scale": 3.5, "train.ema": False}
 
 
+#: FLUX-family loops read ``transformer.module`` (DDP's wrapper, which accelerate adds on 2+ processes only)
+ACCELERATE_DDP = {"min_processes": 2, "launch": "on 2 or more processes, as upstream launches it: accelerate launch "
+                  "--num_processes 2 --multi_gpu -m otca_patch.smoke ... (its loop reads DDP's transformer.module)"}
+
+
 def built_once(folder: Path, build: Callable[[Path], Path]) -> Path:
     """``folder`` built by the first local process (into a partial folder, then renamed); the others wait."""
     if os.environ.get("LOCAL_RANK", "0") == "0":
@@ -115,6 +120,14 @@ class FlowTrainer:
     extra_packages: tuple = field(default=())
     write_dataset: Callable[[Path], None] = write_prompt_lists
     prepare: Callable = lambda module: None  # CPU stand-ins the trainer's module needs (after loading)
+    min_processes: int = 1  # fewer processes cannot run upstream's main
+    needs_torchrun: bool = False  # upstream's main starts its own process group from torchrun's variables
+    launch: str = ""  # how to launch it, for the error
+
+    def check_launch(self) -> None:
+        """A launch upstream's ``main`` cannot run in is refused before anything loads, saying how to launch."""
+        if int(os.environ.get("WORLD_SIZE", "1")) < self.min_processes or (self.needs_torchrun and "RANK" not in os.environ):
+            raise SystemExit(f"smoke: {self.upstream_file} must be launched {self.launch}")
 
     def write_config(self, out_dir: Path, upstream_dir: Path, sizes: FlowSizes, model: Path) -> str:
         """The ``--config`` value: a config file in ``out_dir`` and its JSON settings."""
@@ -139,6 +152,7 @@ class FlowTrainer:
         if missing:
             raise SystemExit(f"smoke: FlowGRPO's trainer imports {', '.join(missing)}, which this environment "
                              f"lacks: pip install 'otca-patch[flowgrpo]'")
+        self.check_launch()
         os.environ.setdefault("WANDB_MODE", "disabled")
         upstream_dir, out_dir = upstream_dir.resolve(), out_dir.resolve()
         out_dir.mkdir(parents=True, exist_ok=True)

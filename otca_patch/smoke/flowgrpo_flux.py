@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .flowgrpo_family import FlowSizes, FlowTrainer
+from .flowgrpo_family import ACCELERATE_DDP, FlowSizes, FlowTrainer
 from .tiny_flux import build_tiny_flux
 
 
@@ -15,5 +15,5 @@ class Sizes(FlowSizes):
     """FLUX trains T = int(S * timestep_fraction) steps."""
 
 
-TRAINER = FlowTrainer("scripts/train_flux.py", "train_flux", build_tiny_flux, "OTCA_TINY_FLUX_DIR")
+TRAINER = FlowTrainer("scripts/train_flux.py", "train_flux", build_tiny_flux, "OTCA_TINY_FLUX_DIR", **ACCELERATE_DDP)
 run = TRAINER.run

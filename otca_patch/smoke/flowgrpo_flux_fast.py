@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .flowgrpo_family import FlowSizes, FlowTrainer
+from .flowgrpo_family import ACCELERATE_DDP, FlowSizes, FlowTrainer
 from .tiny_flux import build_tiny_flux
 
 
@@ -23,5 +23,5 @@ def overrides(sizes: Sizes) -> dict:
 
 
 TRAINER = FlowTrainer("scripts/train_flux_fast.py", "train_flux_fast", build_tiny_flux, "OTCA_TINY_FLUX_DIR",
-                      overrides=overrides)
+                      overrides=overrides, **ACCELERATE_DDP)
 run = TRAINER.run

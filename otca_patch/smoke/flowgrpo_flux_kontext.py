@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .flowgrpo_family import FlowSizes, FlowTrainer
+from .flowgrpo_family import ACCELERATE_DDP, FlowSizes, FlowTrainer
 from .flowgrpo_sd3 import PROMPTS, _write_once
 from .tiny_flux import build_tiny_flux
 
@@ -47,5 +47,5 @@ def write_edit_dataset(folder: Path, resolution: int = 32) -> None:
 
 
 TRAINER = FlowTrainer("scripts/train_flux_kontext.py", "train_flux_kontext", build_tiny_kontext,
-                      "OTCA_TINY_FLUX_KONTEXT_DIR", write_dataset=write_edit_dataset)
+                      "OTCA_TINY_FLUX_KONTEXT_DIR", write_dataset=write_edit_dataset, **ACCELERATE_DDP)
 run = TRAINER.run

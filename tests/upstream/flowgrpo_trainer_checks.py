@@ -75,20 +75,37 @@ class FlowTrainerChecks:
     mutation = ('samples["advantages"] = (', 'samples.__setitem__("advantages", ')
     loss_rtol = 1e-4
 
+    sampling_steps = 4  # S of every run
+    trained_columns = 3  # trainers without a window: int(S * timestep_fraction 0.75), in order
+    window = 0  # SDE-window trainers: sde_window_size
+
     def trained_steps(self, trajectory: torch.Tensor, noise_levels: torch.Tensor) -> torch.Tensor:
         """``[b, T]`` the sampling step of each trained column, from the recorded rollout: its states
-        ``[b, S+1, ...]`` and each step's noise level ``[S]`` (SDE steps: nonzero)."""
-        raise NotImplementedError
+        ``[b, S+1, ...]`` (every state, ODE steps included) and each step's noise level ``[S]``: without
+        a window, SDE steps throughout and the first T trained; with one, its steps are the noisy ones."""
+        assert trajectory.shape[1] == self.sampling_steps + 1
+        if not self.window:
+            assert bool((noise_levels > 0).all())
+            return torch.arange(self.trained_columns).expand(trajectory.shape[0], -1)
+        window = torch.nonzero(noise_levels > 0).flatten()
+        assert window.tolist() == list(range(int(window[0]), int(window[0]) + self.window))
+        return window.expand(trajectory.shape[0], -1)
 
     # ---- runs
     def launch(self, nproc: int) -> list:
         return accelerate_launch(nproc) if self.launcher == "accelerate" else torchrun(nproc)
 
+    def python_path(self) -> list:
+        """Folders the smoke processes import first (a newer transformers, for Qwen-Image)."""
+        return []
+
     def run(self, upstream, out, *flags, env=None, check=True):
         command = [*self.launch(self.nproc), *SMOKE, str(upstream), str(out), "--target", self.target,
                    "--probe", PROBE, *self.sizes, *flags]
-        completed = subprocess.run(command, capture_output=True, text=True, timeout=900, cwd=REPO,
-                                   env={**os.environ, "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1", **(env or {})})
+        env = {**os.environ, "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1", **(env or {})}
+        if self.python_path():
+            env["PYTHONPATH"] = os.pathsep.join([*self.python_path(), *filter(None, [env.get("PYTHONPATH")])])
+        completed = subprocess.run(command, capture_output=True, text=True, timeout=900, cwd=REPO, env=env)
         if check and completed.returncode != 0:
             raise AssertionError(f"smoke run failed ({completed.returncode}):\n{completed.stderr[-4000:]}")
         return FlowSmokeRun(out, completed)

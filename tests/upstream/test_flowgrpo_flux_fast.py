@@ -18,12 +18,6 @@ class TestFlowGrpoFluxFast(FlowTrainerChecks):
     model_env = "OTCA_TINY_FLUX_DIR"
     window = 2
 
-    def trained_steps(self, trajectory, noise_levels):
-        assert trajectory.shape[1] == 4 + 1  # every state, ODE steps included
-        window = torch.nonzero(noise_levels > 0).flatten()
-        assert window.tolist() == list(range(int(window[0]), int(window[0]) + self.window))
-        return window.expand(trajectory.shape[0], -1)
-
     def test_windows_move_between_batches(self, runs):
         """The window start is drawn per sampler call: over 2 epochs x 2 processes more than one occurs
         (the seed makes this run's draws fixed), so a layer reading leading columns would fail above."""

@@ -3,7 +3,6 @@ launch`` (gloo, 2 processes), rewritten by the layer (``pytest -m upstream``). E
 of a tiny FLUX-Kontext conditioned on an input image per prompt (4 samples per process, 4 sampling
 steps, T = 3 trained in order), upstream's jpeg_compressibility x 2; 2 prompts (each with its image) x 4."""
 import pytest
-import torch
 
 from .flowgrpo_trainer_checks import FlowTrainerChecks, flow_grpo_newer  # noqa: F401 (fixture)
 
@@ -14,8 +13,3 @@ class TestFlowGrpoFluxKontext(FlowTrainerChecks):
     target = "flowgrpo-flux-kontext"
     upstream_file = "scripts/train_flux_kontext.py"
     model_env = "OTCA_TINY_FLUX_KONTEXT_DIR"
-    trained_columns = 3  # int(4 sampling steps * timestep_fraction 0.75)
-
-    def trained_steps(self, trajectory, noise_levels):
-        assert trajectory.shape[1] == 4 + 1 and bool((noise_levels > 0).all())  # SDE steps throughout
-        return torch.arange(self.trained_columns).expand(trajectory.shape[0], -1)
