@@ -111,3 +111,22 @@ def test_mixgrpo_objectives_and_weights_come_from_the_reward_models_upstream_bui
     with pytest.raises(ValueError, match="upstream.CLIPScoreRewardModel is not a reward this trainer computes"):
         picked = runtime_for("mixgrpo-flux", config(tmp_path, otca_rewards=("upstream.CLIPScoreRewardModel",)))
         picked.bind_upstream_rewards(built, aggr)
+
+
+def test_the_run_log_names_the_spec_once(tmp_path):
+    """One record of the spec (docs/run-log.md): no second ``target`` field repeating it."""
+    import json
+
+    from otca_patch.runlog import LOG_NAME
+    from otca_patch.targets.registry import spec_named
+
+    runtime = runtime_for("dancegrpo-flux", config(tmp_path))
+    runtime.record = {"summary": {}}
+    assert runtime.write_record()
+    [line] = (tmp_path / "logs" / LOG_NAME).read_text().splitlines()
+    record = json.loads(line)
+    spec = spec_named("dancegrpo-flux")
+    assert "target" not in record
+    assert record["spec"] == {"target": "dancegrpo-flux", "upstream": "DanceGRPO", "file": "fastvideo/train_grpo_flux.py",
+                              "path": spec.path, "extends": list(spec.extends), "chosen": ""}
+    assert [Path(p).name for p in record["spec"]["extends"]] == ["_flux_family.toml", "_dancegrpo.toml"]

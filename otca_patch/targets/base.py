@@ -144,8 +144,6 @@ class Runtime:
             "observe": self.observing, "config": self.credit_config.to_dict(),
             "objectives": list(self.objectives.names), "spec": self.spec_record(), **self.record, **fields_,
         }
-        if self.spec is not None:  # which spec was applied to which file (a --otca_target copy included)
-            record["target"] = {"spec": self.spec.name, "file": self.spec.file}
         if self.step == 1 and rank_check.result() is not None:
             record["rank_check"] = rank_check.result()  # the first record says every rank ran the same layer
         self.log.write(record)
@@ -153,12 +151,13 @@ class Runtime:
         return True
 
     def spec_record(self) -> Optional[dict]:
-        """Which spec rewrote the file, and why it was picked (``None`` outside a rewritten run)."""
+        """The run log's one record of the spec (docs/run-log.md): which spec rewrote which file (a
+        ``--otca_target`` copy's path included), the skeletons it extends, and why it was picked."""
         spec = self.spec
         if spec is None:
             return None
         return {"target": spec.name, "upstream": spec.upstream, "file": spec.file, "path": spec.path,
-                "chosen": self.spec_chosen}
+                "extends": list(spec.extends), "chosen": self.spec_chosen}
 
     def _to_wandb(self, rank: int, summary: dict, step: Optional[int]) -> None:
         """This step's ``otca/`` numbers on upstream's wandb row of the same step (``monitoring``)."""
