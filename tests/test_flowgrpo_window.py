@@ -10,7 +10,7 @@ from otca_patch.config import OtcaConfig
 from otca_patch.hooks.errors import PatchError
 from otca_patch.credit import credit_from_progress, similarity_to_final, step_progress
 from otca_patch.targets.flowgrpo import upstream_rewards
-from otca_patch.targets.flowgrpo_flux_fast import FluxFastRuntime
+from otca_patch.targets.registry import runtime_for
 
 STEPS, WIDTH = 5, 2
 
@@ -40,7 +40,8 @@ def fake_sampler(start: int):
 
 @pytest.fixture
 def runtime(tmp_path):
-    runtime = FluxFastRuntime(OtcaConfig(otca=True, otca_log_dir=str(tmp_path), otca_rewards=("jpeg_compressibility",)))
+    runtime = runtime_for("flowgrpo-flux-fast", OtcaConfig(otca=True, otca_log_dir=str(tmp_path),
+                                                         otca_rewards=("jpeg_compressibility",)))
     runtime.bind_objectives(upstream_rewards({"jpeg_compressibility": 1.0}), "cpu")
     return runtime
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from .descriptor import Target
 from .flowgrpo_window import WindowedFlowRuntime
 
 
@@ -24,6 +23,3 @@ class QwenImageRuntime(WindowedFlowRuntime):
         """As ``bind``, on the device ``main`` chose (no accelerator)."""
         self.bind(upstream_config, SimpleNamespace(device=device))
 
-
-TARGET = Target("flowgrpo-qwenimage", QwenImageRuntime, outputs=("logs",), smoke="otca_patch.smoke.flowgrpo_qwenimage",
-                smoke_objectives=("jpeg_compressibility", "clip_t"))
