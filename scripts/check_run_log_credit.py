@@ -5,7 +5,8 @@ the credit the spec gives?
 For every logged step it gathers the records of all processes (rank-major, as the runtimes gather),
 recomputes the credit with the installed credit engine from the logged rewards ``[B, K]``, TCD
 progress ``delta_s [B, S]`` and group ids, and checks each process's trained advantages (the
-leading columns upstream keeps) and step weights against it. Used by check_upstream_env.sh in an
+leading columns upstream keeps, or for an SDE window the steps its ``advantage_steps`` name) and
+step weights against it. Used by check_upstream_env.sh in an
 upstream environment, where the package is installed (run it from outside the repository).
 """
 from __future__ import annotations
@@ -45,7 +46,10 @@ def check(run_dir: Path, processes: int) -> list[str]:
             rows = (start + torch.tensor(record["kept_rows"])) if prefix else slice(start, start + count)
             start += count
             logged = torch.tensor(record["advantages"], dtype=credit.advantages.dtype)
-            expected = credit.advantages[rows, :logged.shape[1]]
+            if "advantage_steps" in record:  # an SDE window: column j of a sample is its step advantage_steps[:, j]
+                expected = credit.advantages[rows].gather(1, torch.tensor(record["advantage_steps"]))
+            else:  # the leading columns upstream keeps
+                expected = credit.advantages[rows, :logged.shape[1]]
             if not torch.allclose(logged, expected, atol=1e-5):
                 problems.append(f"step {step} rank {record['rank']}: logged advantages differ from the credit "
                                 f"engine by {(logged - expected).abs().max().item():.3g}")

@@ -21,3 +21,9 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   "$venv/bin/python" -m pip install --quiet --no-deps image-reward==1.5 fairscale==0.4.13
   echo "$want" > "$stamp"
 fi
+# Qwen-Image's text encoder is Qwen2.5-VL (transformers >= 4.49); .venv keeps DanceGRPO's 4.46.1, so
+# FlowGRPO's Qwen-Image smoke processes import a newer one from this folder first (docs/flowgrpo-trainers.md).
+qwen="$venv/qwen-transformers"
+if [ ! -d "$qwen/transformers/models/qwen2_5_vl" ]; then
+  "$venv/bin/python" -m pip install --quiet --no-deps --target "$qwen" transformers==4.51.3 "tokenizers>=0.21,<0.22"
+fi
