@@ -138,11 +138,24 @@ def build_hpsv2(root: Union[str, Path], seed: int = 2) -> Path:
 _CLIP_MERGES = 49152 - 256 - 2
 
 
+def bytes_to_unicode() -> dict:
+    """Byte-level BPE's table of the 256 bytes to printable characters (GPT-2's, which CLIP's BPE
+    uses): printable Latin-1 bytes map to themselves, the rest to code points from 256 on. Kept here
+    because transformers moved its copy (``tokenization_clip`` has none from 5.0)."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("\xa1"), ord("\xac") + 1), *range(ord("\xae"), ord("\xff") + 1)]
+    table, extra = {}, 0
+    for byte in range(256):
+        if byte in printable:
+            table[byte] = chr(byte)
+        else:
+            table[byte] = chr(256 + extra)
+            extra += 1
+    return table
+
+
 def _synthetic_merges():
     """Stand-in merges of CLIP's size (pairs of byte tokens), where no package ships the real BPE:
     the vocabulary keeps CLIP's size and special ids, which is all a tiny random model needs."""
-    from transformers.models.clip.tokenization_clip import bytes_to_unicode
-
     chars = list(bytes_to_unicode().values())
     pairs = ((a, b) for a in chars for b in chars + [c + "</w>" for c in chars])
     return [f"{a} {b}" for _, (a, b) in zip(range(_CLIP_MERGES), pairs)]
@@ -152,8 +165,6 @@ def _clip_bpe_files(folder: Path) -> Tuple[Path, Path]:
     """vocab.json / merges.txt of OpenAI CLIP's BPE (laion's processor uses it), from the copy that
     open_clip, hpsv2 or OpenAI's clip ships, else stand-in merges of the same size."""
     import gzip
-
-    from transformers.models.clip.tokenization_clip import bytes_to_unicode
 
     bpe = bpe_vocab_file()
     if bpe is not None:
