@@ -86,7 +86,7 @@ def average_gradients(parameters, bucket_bytes: int = GRADIENT_BUCKET_BYTES) -> 
     if size == 1 or not params:
         return 0
     device = next((p.grad.device for p in params if p.grad is not None), params[0].device)
-    held = torch.tensor([p.grad is not None for p in params], dtype=torch.uint8, device=device)
+    held = torch.tensor([p.grad is not None for p in params], dtype=torch.int32, device=device)
     all_reduce_sum(held)  # on every rank: how many ranks hold each gradient
     anywhere = [p for p, count in zip(params, held.tolist()) if count > 0]  # one host read, outside any loop
     for p in anywhere:

@@ -16,8 +16,10 @@
 # GPU, never in a rehearsal). --rehearse builds the payload and the environment if needed, forces the
 # CPU (gloo stands in for NCCL) and prints the payload's size and its own wall time.
 #
-# Runs go OTCA_GPU_CHECK_JOBS at a time (default 4 on a GPU, 2 here), each capped at OTCA_GPU_CHECK_RUN_S
-# (default 150 s on a GPU, 400 s here). The interpreter: OTCA_PYTHON, else python3 (the GPU machine's).
+# Runs go OTCA_GPU_CHECK_JOBS at a time (default 6 on a GPU, 2 here), each capped at OTCA_GPU_CHECK_RUN_S
+# (default 120 s on a GPU, 400 s here); the benches at 150 s and 100 s: at most about 9 minutes on a GPU.
+# OTCA_GPU_CHECK_KEEP=DIR: every log and figure also lands in DIR/gpu_check_logs.tar.gz.
+# The interpreter: OTCA_PYTHON, else python3 (the GPU machine's).
 # Exit status: 0 every line PASS; 1 a FAIL; 2 no CUDA device (nothing run); 3 the interpreter or torch
 # does not run; 4 the payload is missing or cannot be installed, or otca_patch does not import.
 set -uo pipefail
@@ -29,6 +31,7 @@ rehearse=0
 if [ "${1:-}" = --rehearse ]; then rehearse=1; shift; fi
 payload="$here/.gpu-payload"
 work="$(mktemp -d "${TMPDIR:-/tmp}/otca-gpu-check-XXXXXX")"
+trap 'rm -rf "$work/site" "$work/upstream"' EXIT  # the logs stay; the installed wheels and checkouts go
 
 # ---- the interpreter: the GPU machine's python3, or in a rehearsal the environment standing in for it
 if [ "$rehearse" = 1 ]; then
@@ -127,8 +130,8 @@ for name in sys.argv[1:] or targets:
 fi
 worlds=(1)
 [ "$gpus" -ge 2 ] && worlds+=(2)
-jobs="${OTCA_GPU_CHECK_JOBS:-$( [ "$rehearse" = 1 ] && echo 2 || echo 4)}"
-run_limit="${OTCA_GPU_CHECK_RUN_S:-$( [ "$rehearse" = 1 ] && echo 400 || echo 150)}"
+jobs="${OTCA_GPU_CHECK_JOBS:-$( [ "$rehearse" = 1 ] && echo 2 || echo 6)}"
+run_limit="${OTCA_GPU_CHECK_RUN_S:-$( [ "$rehearse" = 1 ] && echo 400 || echo 120)}"
 one_run() {  # TARGET UPSTREAM_NAME WORLD -> one PASS/FAIL line in $work/TARGET-worldWORLD.line
   local target="$1" name="$2" world="$3" label out upstream status seconds why t0
   label="$(printf '%-26s world %s' "$target" "$world")"
@@ -196,10 +199,13 @@ if [ "$rehearse" = 1 ]; then
   bench bench_gpu.py 300 "$here/scripts/bench_gpu.py" --tiny --json "$work/bench_gpu.json"
   bench bench_memory.py 300 "$here/scripts/bench_memory.py" --scale 0.05 --steps 2 --json "$work/bench_memory.json"
 else
-  bench bench_gpu.py 240 "$here/scripts/bench_gpu.py" --repeats 3 --json "$work/bench_gpu.json"
-  bench bench_memory.py 180 "$here/scripts/bench_memory.py" --json "$work/bench_memory.json"
+  bench bench_gpu.py 150 "$here/scripts/bench_gpu.py" --repeats 3 --json "$work/bench_gpu.json"
+  bench bench_memory.py 100 "$here/scripts/bench_memory.py" --json "$work/bench_memory.json"
 fi
-[ -n "${OTCA_GPU_CHECK_KEEP:-}" ] && cp -r "$work"/runs "$work"/*.log "$work"/*.json "$OTCA_GPU_CHECK_KEEP"/ 2>/dev/null
+if [ -n "${OTCA_GPU_CHECK_KEEP:-}" ]; then  # one file (the GPU call brings back at most 8)
+  tar czf "$OTCA_GPU_CHECK_KEEP/gpu_check_logs.tar.gz" -C "$work" --exclude=site --exclude=upstream . \
+    && say "logs, run logs and bench figures: $OTCA_GPU_CHECK_KEEP/gpu_check_logs.tar.gz"
+fi
 [ "$rehearse" = 1 ] && say "$payload_size"
 say "$( [ "$failed" = 0 ] && echo "every run PASSED" || echo "FAILED" ) in $(( $(date +%s) - started )) s" \
     "(wall time, $( [ "$rehearse" = 1 ] && echo "rehearsal on the CPU" || echo "on the GPU" )); logs in $work"

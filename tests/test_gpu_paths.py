@@ -4,6 +4,7 @@ layer under autocast, the layer meter, and the script's refusal without CUDA."""
 import json
 import os
 import subprocess
+import sys
 from argparse import Namespace
 from pathlib import Path
 
@@ -133,8 +134,37 @@ def test_the_meter_splits_each_step_into_the_layers_share(tmp_path):
     assert meter.summary(tmp_path).startswith("layer: time 0.") and "memory n/a (CPU)" in meter.summary(tmp_path)
 
 
-def test_gpu_check_refuses_without_cuda():
-    done = subprocess.run([str(REPO / "scripts" / "gpu_check.sh")], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "CUDA_VISIBLE_DEVICES": "", "OTCA_PYTHON": os.environ.get("OTCA_PYTHON", __import__("sys").executable)})
-    assert done.returncode == 2
+def gpu_check(tmp_path, python: str, **env):
+    """scripts/gpu_check.sh (the GPU call) run with ``python`` as the GPU machine's interpreter."""
+    return subprocess.run([str(REPO / "scripts" / "gpu_check.sh")], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "OTCA_PYTHON": python, "TMPDIR": str(tmp_path), **env})
+
+
+def python_wrapper(tmp_path, name: str, body: str) -> str:
+    path = tmp_path / name
+    path.write_text(f"#!/bin/sh\n{body}\n")
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_gpu_check_refuses_without_cuda(tmp_path):
+    done = gpu_check(tmp_path, sys.executable, CUDA_VISIBLE_DEVICES="")
+    assert done.returncode == 2, done.stdout + done.stderr
     assert "no CUDA device here" in done.stdout and "nothing was run" in done.stdout
+
+
+def test_gpu_check_names_a_broken_interpreter_and_a_missing_or_failing_torch(tmp_path):
+    done = gpu_check(tmp_path, str(tmp_path / "no-such-python"))
+    assert done.returncode == 3 and "the interpreter" in done.stdout and "does not run" in done.stdout, done.stdout
+    assert "CUDA" not in done.stdout
+    # an interpreter without site-packages: no torch at all
+    bare = python_wrapper(tmp_path, "bare-python", f'exec "{sys.executable}" -S -I "$@"')
+    done = gpu_check(tmp_path, bare)
+    assert done.returncode == 3 and "torch is not installed for" in done.stdout, done.stdout
+    # a torch whose import fails (a CUDA library missing, say)
+    broken = tmp_path / "broken" / "torch"
+    broken.mkdir(parents=True)
+    (broken / "__init__.py").write_text("raise ImportError('libcudart.so.13: cannot open shared object file')\n")
+    failing = python_wrapper(tmp_path, "failing-python", f'PYTHONPATH="{broken.parent}" exec "{sys.executable}" "$@"')
+    done = gpu_check(tmp_path, failing)
+    assert done.returncode == 3 and "torch does not import" in done.stdout and "libcudart.so.13" in done.stdout, done.stdout
