@@ -132,6 +132,14 @@ worlds=(1)
 [ "$gpus" -ge 2 ] && worlds+=(2)
 jobs="${OTCA_GPU_CHECK_JOBS:-$( [ "$rehearse" = 1 ] && echo 2 || echo 6)}"
 run_limit="${OTCA_GPU_CHECK_RUN_S:-$( [ "$rehearse" = 1 ] && echo 400 || echo 120)}"
+cause() {  # LOG -> the failing run's last error (a rank's, not torchrun's report of it) and where it was raised
+  local log="$1" error where
+  error="$(sed 's/^\[rank[0-9]*\]: //' "$log" | grep -E '^([A-Za-z_][A-Za-z0-9_.]*(Error|Exception|Exit)|otca-patch[a-z ]*: error|smoke: )' \
+           | grep -v 'ChildFailedError' | tail -1)"
+  where="$(sed 's/^\[rank[0-9]*\]: //' "$log" | grep -B40 -F -- "${error:-no error line}" | grep -E '^\s*File "' | tail -1 \
+           | sed -E 's|^\s*File "([^"]*)", line ([0-9]+).*|\1:\2|; s|.*/upstream/||; s|.*/site/||; s|.*/site-packages/||; s|.*/otca_patch/|otca_patch/|')"
+  echo "${error:0:240}${where:+ (at $where)}"
+}
 one_run() {  # TARGET UPSTREAM_NAME WORLD -> one PASS/FAIL line in $work/TARGET-worldWORLD.line
   local target="$1" name="$2" world="$3" label out upstream status seconds why t0
   label="$(printf '%-26s world %s' "$target" "$world")"
@@ -147,7 +155,7 @@ one_run() {  # TARGET UPSTREAM_NAME WORLD -> one PASS/FAIL line in $work/TARGET-
   status=$?
   seconds=$(( $(date +%s) - t0 ))
   if [ $status -ne 0 ]; then
-    why="$(grep -E '^[A-Za-z_.]*(Error|Exception)|^otca-patch|smoke: |error: ' "$out.log" | grep -v '^\[rank' | tail -1 | cut -c1-260)"
+    why="$(cause "$out.log")"
     [ $status -ge 124 ] && [ $status -le 137 ] && [ $seconds -ge "$run_limit" ] && why="over the ${run_limit} s limit"
     echo "FAIL $label (${seconds} s): exit $status: ${why:-see $out.log}" > "$out.line"; return
   fi

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds .gpu-payload/, the git-ignored folder the GPU call carries (docs/gpu-check.md):
 #   .gpu-payload/upstream/<Name>-<commit>.tar.gz  the pinned upstream snapshots the smoke targets run
-#                                                 (each spec's verified_commit), copied from
-#                                                 $OTCA_SHARED/upstream (default ../shared/upstream)
+#                                                 (each spec's verified_commit), from $OTCA_SHARED/upstream
+#                                                 (default ../shared/upstream), less data files over 512 KiB
 #   .gpu-payload/wheels/*.whl                      envs/gpu-payload.txt, downloaded for the GPU machine
 #                                                 (CPython 3.12, manylinux x86-64, no dependencies);
 #                                                 its [build] part: pure-Python sdists built into wheels
@@ -30,7 +30,20 @@ else
   rm -rf "$payload.new"; mkdir -p "$payload.new/upstream" "$payload.new/wheels"
   for snapshot in "${snapshots[@]}"; do
     [ -f "$shared/$snapshot" ] || { say "no $shared/$snapshot (set OTCA_SHARED to the folder holding upstream/)"; exit 1; }
-    cp "$shared/$snapshot" "$payload.new/upstream/"
+    # the code: the snapshot without its data files over 512 KiB (prompt lists, an aesthetic .pth),
+    # which no smoke run reads (each writes its own prompts and tiny weights); 6 MiB less to carry
+    python3 - "$shared/$snapshot" "$payload.new/upstream/$snapshot" <<'PY' >&2 || { say "FAILED to repack $snapshot"; exit 1; }
+import sys, tarfile
+source, target = sys.argv[1:]
+dropped = []
+with tarfile.open(source) as src, tarfile.open(target, "w:gz", compresslevel=9) as out:
+    for member in src:
+        if member.isfile() and member.size > 512 * 1024 and not member.name.endswith(".py"):
+            dropped.append(f"{member.name} ({member.size // 1024} KiB)")
+            continue
+        out.addfile(member, src.extractfile(member) if member.isfile() else None)
+print(f"gpu_payload: {target.rsplit('/', 1)[-1]}: left out {', '.join(dropped) or 'nothing'}")
+PY
   done
   # pip matches each manylinux tag exactly: the tags these wheels are published under
   platforms=()
