@@ -61,6 +61,29 @@ PY
   if [ -n "$built" ] && ! python3 -m pip wheel --quiet --no-deps -w "$payload.new/wheels" $built >&2; then
     say "FAILED to build wheels for: $built"; exit 1
   fi
+  # pictures and notebooks over 256 KiB inside a wheel (hpsv2's tests/docs and banner: 6 MiB) are left
+  # out of it, with their RECORD lines: no code reads them
+  python3 - "$payload.new/wheels" <<'PY' >&2 || { say "FAILED to slim the wheels"; exit 1; }
+import pathlib, sys, zipfile
+MEDIA = (".png", ".jpg", ".jpeg", ".gif", ".ipynb", ".pdf", ".mp4")
+for wheel in sorted(pathlib.Path(sys.argv[1]).glob("*.whl")):
+    with zipfile.ZipFile(wheel) as src:
+        drop = {i.filename for i in src.infolist() if i.filename.lower().endswith(MEDIA) and i.file_size > 256 * 1024}
+        if not drop:
+            continue
+        slim = wheel.with_suffix(".slim")
+        with zipfile.ZipFile(slim, "w", zipfile.ZIP_DEFLATED) as out:
+            for item in src.infolist():
+                if item.filename in drop:
+                    continue
+                data = src.read(item)
+                if item.filename.endswith(".dist-info/RECORD"):
+                    data = "".join(line for line in data.decode().splitlines(True)
+                                   if line.split(",")[0] not in drop).encode()
+                out.writestr(item, data)
+    slim.replace(wheel)
+    print(f"gpu_payload: {wheel.name}: left out {len(drop)} pictures/notebooks ({', '.join(sorted(drop))[:200]})")
+PY
   if ls "$payload.new/wheels" | grep -v -- '-none-any\.whl$\|manylinux\|-py3-none-' | grep . >&2; then
     say "FAILED: the wheels above are not for Linux x86-64 / any platform"; exit 1
   fi
