@@ -11,6 +11,7 @@ options=options)``.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Dict, Tuple, Union
 
@@ -30,10 +31,18 @@ _TINY_CLIP_CFG = {
 }
 
 
+def write_whole(path: Path, text: str) -> None:
+    """``path`` holds ``text`` or its old content, never a part: the ranks of a smoke run build the same
+    tiny files in one folder, and one rank may read a file while another writes it."""
+    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    partial.write_text(text, encoding="utf-8")
+    os.replace(partial, path)
+
+
 def _register_config(root: Path, name: str, add_model_config) -> None:
     folder = root / f"configs-{name}"
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / f"{name}.json").write_text(json.dumps(_TINY_CLIP_CFG))
+    write_whole(folder / f"{name}.json", json.dumps(_TINY_CLIP_CFG))
     add_model_config(folder)
 
 
@@ -177,8 +186,8 @@ def _clip_bpe_files(folder: Path) -> Tuple[Path, Path]:
     tokens += ["<|startoftext|>", "<|endoftext|>"]
     folder.mkdir(parents=True, exist_ok=True)
     vocab, merges_file = folder / "vocab.json", folder / "merges.txt"
-    vocab.write_text(json.dumps({t: i for i, t in enumerate(tokens)}), encoding="utf-8")
-    merges_file.write_text("#version: 0.2\n" + "\n".join(merges) + "\n", encoding="utf-8")
+    write_whole(vocab, json.dumps({t: i for i, t in enumerate(tokens)}))
+    write_whole(merges_file, "#version: 0.2\n" + "\n".join(merges) + "\n")
     return vocab, merges_file
 
 
