@@ -1,98 +1,222 @@
 #!/usr/bin/env bash
-# What only a GPU shows: every smoke target (`otca-patch smoke --help`) runs upstream's real training
-# step with --otca on CUDA: tiny models, upstream's own bf16 autocast / mixed precision, an NCCL
-# world of 1 process, and of 2 where two GPUs exist. Per run it checks the run log against the
-# credit engine (scripts/check_run_log_credit.py) and prints one line: PASS/FAIL, then the layer's
-# time and peak memory per step as ratios to the step (otca_patch/smoke/meter.py).
+# What only a GPU shows, in one call of the GPU machine (docs/gpu-check.md gives the call): every smoke
+# target (`otca-patch smoke --help`) runs upstream's real training step with --otca on CUDA
+# (cuda:{LOCAL_RANK}, NCCL, upstream's own bf16 autocast / mixed precision; tiny models), a world of 1
+# process, and of 2 where two GPUs exist. Each run's log is checked against the credit engine recomputed
+# from the logged rewards and latents' progress (scripts/check_run_log_credit.py); one line per run:
+# PASS, or FAIL and its cause. Then scripts/bench_gpu.py and scripts/bench_memory.py, one line each.
 #
-#   scripts/gpu_check.sh [TARGET ...]          # default: every smoke target
+#   scripts/gpu_check.sh [TARGET ...]              # on the GPU machine; default: every smoke target
+#   scripts/gpu_check.sh --rehearse [TARGET ...]   # here, on the CPU: the same runs in a stand-in for the
+#                                                  # GPU machine's python (scripts/gpu_rehearse_env.sh)
 #
-# Budget: 8 minutes on one GPU (each run is capped by OTCA_GPU_CHECK_RUN_S, default 100 s; runs that
-# would start after OTCA_GPU_CHECK_BUDGET_S, default 450 s, are reported SKIP). Without CUDA it
-# refuses and exits 2. Upstream checkouts: $OTCA_UPSTREAM_DANCEGRPO / $OTCA_UPSTREAM_FLOW_GRPO, the
-# populated submodules, or the pinned snapshots in ../shared/upstream/ (unpacked to a temporary folder).
-# Exit status: 0 when every run passed, 1 otherwise.
+# Everything comes from the repository and its git-ignored .gpu-payload/ (scripts/gpu_payload.sh): the
+# carried wheels are installed into a temporary folder first on PYTHONPATH, the upstream snapshots are
+# unpacked from .gpu-payload/upstream/ (OTCA_UPSTREAM_DANCEGRPO / _FLOW_GRPO / _MIXGRPO override them on a
+# GPU, never in a rehearsal). --rehearse builds the payload and the environment if needed, forces the
+# CPU (gloo stands in for NCCL) and prints the payload's size and its own wall time.
+#
+# Runs go OTCA_GPU_CHECK_JOBS at a time (default 6 on a GPU, 2 here), each capped at OTCA_GPU_CHECK_RUN_S
+# (default 120 s on a GPU, 400 s here); the benches at 150 s and 100 s: at most about 9 minutes on a GPU.
+# OTCA_GPU_CHECK_KEEP=DIR: every log and figure also lands in DIR/gpu_check_logs.tar.gz.
+# The interpreter: OTCA_PYTHON, else python3 (the GPU machine's).
+# Exit status: 0 every line PASS; 1 a FAIL; 2 no CUDA device (nothing run); 3 the interpreter or torch
+# does not run; 4 the payload is missing or cannot be installed, or otca_patch does not import.
 set -uo pipefail
 main() {
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-. "$here/scripts/_python.sh"
 say() { echo "gpu_check: $*"; }
+started=$(date +%s)
+rehearse=0
+if [ "${1:-}" = --rehearse ]; then rehearse=1; shift; fi
+payload="$here/.gpu-payload"
+work="$(mktemp -d "${TMPDIR:-/tmp}/otca-gpu-check-XXXXXX")"
+trap 'rm -rf "$work/site" "$work/upstream"' EXIT  # the logs stay; the installed wheels and checkouts go
 
-export PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}"  # this checkout's package, wherever a command runs
-
-# OTCA_GPU_CHECK_DEVICE=cpu: the same runs and checks on the CPU (gloo, world 1): a test of this script
-device="${OTCA_GPU_CHECK_DEVICE:-cuda}"
-if [ "$device" = cpu ]; then
-  gpus=1
+# ---- the interpreter: the GPU machine's python3, or in a rehearsal the environment standing in for it
+if [ "$rehearse" = 1 ]; then
+  payload_size="$("$here/scripts/gpu_payload.sh")" || { say "FAILED: the payload could not be built"; return 4; }
+  python="$("$here/scripts/gpu_rehearse_env.sh")" || { say "FAILED: the rehearsal environment could not be built"; return 3; }
+  device=cpu
 else
-  gpus="$("$python" -c 'import torch; print(torch.cuda.device_count() if torch.cuda.is_available() else 0)' 2>/dev/null)"
-  if [ -z "$gpus" ] || [ "$gpus" = 0 ]; then
-    say "no CUDA device here (torch.cuda.is_available() is False): this check needs a GPU; nothing was run"
-    exit 2
+  python="${OTCA_PYTHON:-python3}"
+  device=cuda
+fi
+if ! version="$("$python" -c 'import sys; print(sys.version.split()[0])' 2>&1)"; then
+  say "the interpreter '$python' does not run (${version:0:300}); nothing was run"; return 3
+fi
+if ! torch_version="$("$python" -c 'import torch; print(torch.__version__)' 2>&1)"; then
+  if grep -q "No module named 'torch'" <<<"$torch_version"; then
+    say "torch is not installed for $python (Python $version); nothing was run"
+  else
+    say "torch does not import under $python (Python $version): $(tail -1 <<<"$torch_version" | cut -c1-300); nothing was run"
   fi
+  return 3
+fi
+if [ "$device" = cuda ]; then
+  if ! gpus="$("$python" -c 'import torch; print(torch.cuda.device_count() if torch.cuda.is_available() else 0)' 2>&1)"; then
+    say "torch $torch_version imports, but asking it for CUDA devices failed: $(tail -1 <<<"$gpus" | cut -c1-300)"; return 3
+  fi
+  gpus="$(tail -1 <<<"$gpus")"
+  if [ "$gpus" = 0 ]; then
+    say "no CUDA device here (torch $torch_version: torch.cuda.is_available() is False): this check needs a GPU;" \
+        "nothing was run (scripts/gpu_check.sh --rehearse runs it on the CPU)"
+    return 2
+  fi
+else
+  gpus=0
 fi
 
-work="$(mktemp -d "${TMPDIR:-/tmp}/otca-gpu-check-XXXXXX")"
-checkout() {  # NAME VARIABLE MARKER -> the checkout's path
-  local name="$1" variable="$2" marker="$3" path spec commit snapshot
-  path="${!variable:-}"
-  [ -z "$path" ] && [ -f "$here/upstream/$name/$marker" ] && path="$here/upstream/$name"
-  if [ -z "$path" ]; then
-    spec="$(grep -l "^upstream = \"$name\"" "$here"/otca_patch/patches/*/*.toml | head -1)"
-    commit="$(sed -n 's/^verified_commit = "\(.......\).*/\1/p' "$spec")"
-    snapshot="${OTCA_SHARED:-$here/../shared}/upstream/$name-$commit.tar.gz"
-    [ -f "$snapshot" ] && tar xzf "$snapshot" -C "$work" && path="$work/$name"
-  fi
-  [ -n "$path" ] && [ -f "$path/$marker" ] && echo "$path"
-}
-dancegrpo="$(checkout DanceGRPO OTCA_UPSTREAM_DANCEGRPO fastvideo/train_grpo_flux.py)"
-flow_grpo="$(checkout flow_grpo OTCA_UPSTREAM_FLOW_GRPO scripts/train_sd3.py)"
+# ---- the carried wheels, first on the path; this checkout's package
+if ! ls "$payload"/wheels/*.whl >/dev/null 2>&1; then
+  say "no wheels in $payload/wheels: build the payload with scripts/gpu_payload.sh here and carry .gpu-payload"; return 4
+fi
+if ! "$python" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$work/site" \
+    "$payload"/wheels/*.whl > "$work/pip.log" 2>&1; then
+  say "installing the carried wheels failed: $(grep -v '^WARNING' "$work/pip.log" | tail -1 | cut -c1-300)"; return 4
+fi
+export PYTHONPATH="$work/site:$here" PYTHONNOUSERSITE=1 WANDB_MODE=disabled
+[ "$rehearse" = 1 ] && export OMP_NUM_THREADS=1
+# each package the runs import: there, missing (no such module), or there but failing to import
+"$python" - > "$work/packages.txt" 2> "$work/packages.err" <<'PY'
+import importlib, importlib.metadata as md, importlib.util
+MODULES = {"torch": "torch", "transformers": "transformers", "accelerate": "accelerate", "diffusers": "diffusers",
+           "peft": "peft", "einops": "einops", "safetensors": "safetensors", "wandb": "wandb", "cv2": "opencv-python",
+           "decord": "decord", "liger_kernel": "liger_kernel", "ml_collections": "ml_collections", "hpsv2": "hpsv2",
+           "open_clip": "open_clip_torch", "otca_patch": None}
+for module, dist in MODULES.items():
+    if importlib.util.find_spec(module) is None:
+        print(f"missing {module}: no such module on this machine or in the payload"); continue
+    try:
+        importlib.import_module(module)
+    except Exception as exc:
+        print(f"broken {module}: installed, but its import fails: {type(exc).__name__}: {str(exc)[:240]}"); continue
+    try:
+        version = md.version(dist) if dist else "this checkout"
+    except md.PackageNotFoundError:
+        version = getattr(importlib.import_module(module), "__version__", "?")
+    print(f"ok {module} {version}")
+PY
+if grep -q "^\(missing\|broken\) otca_patch" "$work/packages.txt"; then
+  say "otca_patch itself: $(grep otca_patch "$work/packages.txt")"; return 4
+fi
+grep -v '^ok' "$work/packages.txt" | sed 's/^/gpu_check: package /'
+say "$( [ "$rehearse" = 1 ] && echo "REHEARSAL on the CPU (gloo for NCCL)" || echo "$gpus CUDA device(s)" ):" \
+    "$("$python" -c 'import torch; print(torch.cuda.get_device_name(0) if torch.cuda.is_available() else "CPU")' 2>/dev/null)," \
+    "Python $version; $(sed -n 's/^ok \([^ ]*\) \(.*\)/\1 \2/p' "$work/packages.txt" | grep -v otca_patch | paste -sd, | sed 's/,/, /g')"
 
-targets=("$@")
-if [ ${#targets[@]} -eq 0 ]; then
-  mapfile -t targets < <(cd "$here" && "$python" -c 'from otca_patch.smoke.cli import smoke_targets; print("\n".join(smoke_targets()))')
+# ---- the upstream checkouts: the carried snapshots (a variable may name a checkout, on a GPU only)
+checkout() {  # NAME -> the checkout's path, or nothing
+  local name="$1" variable snapshot
+  variable="OTCA_UPSTREAM_$(tr a-z A-Z <<<"$name" | tr -d _)"
+  [ "$name" = flow_grpo ] && variable=OTCA_UPSTREAM_FLOW_GRPO
+  if [ "$rehearse" = 0 ] && [ -n "${!variable:-}" ]; then echo "${!variable}"; return; fi
+  snapshot="$(ls "$payload/upstream/$name-"*.tar.gz 2>/dev/null | head -1)"
+  [ -n "$snapshot" ] && mkdir -p "$work/upstream" && tar xzf "$snapshot" -C "$work/upstream" && echo "$work/upstream/$name"
+}
+declare -A upstreams
+for name in DanceGRPO flow_grpo MixGRPO; do upstreams[$name]="$(checkout "$name")"; done
+
+# ---- the runs: TARGET UPSTREAM, from the descriptors (each target's spec names its upstream)
+if ! "$python" -c '
+import sys
+from otca_patch.smoke.cli import smoke_targets
+targets = smoke_targets()
+for name in sys.argv[1:] or targets:
+    if name not in targets:
+        raise SystemExit(name + ": not a smoke target (they are: " + ", ".join(targets) + ")")
+    print(name, targets[name][0].upstream)' "$@" > "$work/targets.txt" 2> "$work/targets.err"; then
+  say "$(tail -1 "$work/targets.err")"; return 1
 fi
 worlds=(1)
-[ "$device" = cuda ] && [ "$gpus" -ge 2 ] && worlds+=(2)
-budget="${OTCA_GPU_CHECK_BUDGET_S:-450}"
-run_limit="${OTCA_GPU_CHECK_RUN_S:-100}"
-started=$(date +%s)
-say "$device, $gpus device(s): $("$python" -c 'import torch; print(torch.cuda.get_device_name(0) if torch.cuda.is_available() else "CPU", "| torch", torch.__version__)'); worlds ${worlds[*]}; runs in $work"
+[ "$gpus" -ge 2 ] && worlds+=(2)
+jobs="${OTCA_GPU_CHECK_JOBS:-$( [ "$rehearse" = 1 ] && echo 2 || echo 6)}"
+run_limit="${OTCA_GPU_CHECK_RUN_S:-$( [ "$rehearse" = 1 ] && echo 400 || echo 120)}"
+cause() {  # LOG -> the failing run's last error (a rank's, not torchrun's report of it) and where it was raised
+  local log="$1" error where
+  error="$(sed 's/^\[rank[0-9]*\]: //' "$log" | grep -E '^([A-Za-z_][A-Za-z0-9_.]*(Error|Exception|Exit)|otca-patch[a-z ]*: error|smoke: )' \
+           | grep -v 'ChildFailedError' | tail -1)"
+  where="$(sed 's/^\[rank[0-9]*\]: //' "$log" | grep -B40 -F -- "${error:-no error line}" | grep -E '^\s*File "' | tail -1 \
+           | sed -E 's|^\s*File "([^"]*)", line ([0-9]+).*|\1:\2|; s|.*/upstream/||; s|.*/site/||; s|.*/site-packages/||; s|.*/otca_patch/|otca_patch/|')"
+  echo "${error:0:240}${where:+ (at $where)}"
+}
+one_run() {  # TARGET UPSTREAM_NAME WORLD -> one PASS/FAIL line in $work/TARGET-worldWORLD.line
+  local target="$1" name="$2" world="$3" label out upstream status seconds why t0
+  label="$(printf '%-26s world %s' "$target" "$world")"
+  out="$work/runs/$target-world$world"
+  upstream="${upstreams[$name]:-}"
+  if [ -z "$upstream" ] || [ ! -d "$upstream" ]; then
+    echo "FAIL $label: no $name checkout (its snapshot is not in $payload/upstream)" > "$out.line"; return
+  fi
+  t0=$(date +%s)
+  (cd "$work/runs" && OTCA_SMOKE_DEVICE="$device" OTCA_SMOKE_METER=1 timeout -k 10 "$run_limit" \
+    "$python" -m torch.distributed.run --standalone --nproc_per_node "$world" \
+    -m otca_patch.smoke "$upstream" "$out" --target "$target" --otca) > "$out.log" 2>&1
+  status=$?
+  seconds=$(( $(date +%s) - t0 ))
+  if [ $status -ne 0 ]; then
+    why="$(cause "$out.log")"
+    [ $status -ge 124 ] && [ $status -le 137 ] && [ $seconds -ge "$run_limit" ] && why="over the ${run_limit} s limit"
+    echo "FAIL $label (${seconds} s): exit $status: ${why:-see $out.log}" > "$out.line"; return
+  fi
+  if ! "$python" "$here/scripts/check_run_log_credit.py" "$out" --processes "$world" > "$out.credit" 2>&1; then
+    echo "FAIL $label (${seconds} s): the run log differs from the credit engine: $(tail -1 "$out.credit" | cut -c1-200)" > "$out.line"
+    return
+  fi
+  echo "PASS $label (${seconds} s): credit matches the engine; $("$python" -m otca_patch.smoke.meter "$out" 2>&1 | tail -1)" > "$out.line"
+}
+mkdir -p "$work/runs"
+runs=()
+while read -r target name; do
+  for world in "${worlds[@]}"; do runs+=("$target $name $world"); done
+done < "$work/targets.txt"
+say "${#runs[@]} runs, $jobs at a time, each at most ${run_limit} s; logs in $work/runs"
 failed=0
-port=$((29500 + RANDOM % 400))
-for target in "${targets[@]}"; do
-  case "$target" in flowgrpo-*) upstream="$flow_grpo" ;; *) upstream="$dancegrpo" ;; esac
-  for world in "${worlds[@]}"; do
-    label="$(printf '%-26s world %s' "$target" "$world")"
-    if [ -z "$upstream" ]; then
-      echo "FAIL $label: no upstream checkout for it (set OTCA_UPSTREAM_DANCEGRPO / OTCA_UPSTREAM_FLOW_GRPO)"
-      failed=1; continue
-    fi
-    if [ $(( $(date +%s) - started )) -ge "$budget" ]; then
-      echo "SKIP $label: the ${budget} s budget is spent"; failed=1; continue
-    fi
-    out="$work/$target-world$world"
-    port=$((port + 1))
-    t0=$(date +%s)
-    (cd "$here" && OTCA_SMOKE_DEVICE="$device" OTCA_SMOKE_METER=1 timeout "$run_limit" \
-      "$python" -m torch.distributed.run --nproc_per_node "$world" --master_port "$port" \
-      -m otca_patch.smoke "$upstream" "$out" --target "$target" --otca) > "$out.log" 2>&1
-    status=$?
-    seconds=$(( $(date +%s) - t0 ))
-    if [ $status -ne 0 ]; then
-      why="$(grep -E 'Error|error|smoke:' "$out.log" | tail -1 | cut -c1-220)"
-      [ $status -eq 124 ] && why="over the ${run_limit} s limit"
-      echo "FAIL $label (${seconds} s): exit $status: ${why:-see $out.log}"
-      failed=1; continue
-    fi
-    if ! "$python" "$here/scripts/check_run_log_credit.py" "$out" --processes "$world" > "$out.credit" 2>&1; then
-      echo "FAIL $label (${seconds} s): the run log differs from the credit engine: $(tail -1 "$out.credit" | cut -c1-200)"
-      failed=1; continue
-    fi
-    echo "PASS $label (${seconds} s): credit matches the engine; $("$python" -m otca_patch.smoke.meter "$out")"
+printed=0
+report_done() {  # print, in order, the lines of the runs that have finished
+  while [ "$printed" -lt "${#runs[@]}" ]; do
+    set -- ${runs[$printed]}
+    [ -f "$work/runs/$1-world$3.line" ] || break
+    cat "$work/runs/$1-world$3.line"
+    grep -q '^PASS' "$work/runs/$1-world$3.line" || failed=1
+    printed=$((printed + 1))
   done
+}
+for entry in "${runs[@]}"; do
+  while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n; report_done; done
+  one_run $entry &
 done
-say "done in $(( $(date +%s) - started )) s; logs in $work"
+wait
+report_done
+
+# ---- the benchmarks: the credit's share of a FLUX-scale step, and the layer's memory
+bench() {  # LABEL LIMIT SCRIPT ARGS...
+  local label="$1" limit="$2" t0 status; shift 2
+  t0=$(date +%s)
+  (cd "$work" && timeout -k 10 "$limit" "$python" "$@") > "$work/$label.log" 2>&1
+  status=$?
+  if [ $status -eq 0 ]; then
+    echo "PASS $(printf '%-35s' "$label") ($(( $(date +%s) - t0 )) s): $(grep -v '^\s*$' "$work/$label.log" | tail -1 | cut -c1-200)"
+    sed 's/^/    /' "$work/$label.log" | tail -12
+  else
+    failed=1
+    echo "FAIL $(printf '%-35s' "$label") ($(( $(date +%s) - t0 )) s): exit $status: $(grep -E 'Error|error' "$work/$label.log" | tail -1 | cut -c1-200)"
+  fi
+}
+if [ "$rehearse" = 1 ]; then
+  bench bench_gpu.py 300 "$here/scripts/bench_gpu.py" --tiny --json "$work/bench_gpu.json"
+  bench bench_memory.py 300 "$here/scripts/bench_memory.py" --scale 0.05 --steps 2 --json "$work/bench_memory.json"
+else
+  bench bench_gpu.py 150 "$here/scripts/bench_gpu.py" --repeats 3 --json "$work/bench_gpu.json"
+  bench bench_memory.py 100 "$here/scripts/bench_memory.py" --json "$work/bench_memory.json"
+fi
+if [ -n "${OTCA_GPU_CHECK_KEEP:-}" ]; then  # one file (the GPU call brings back at most 8)
+  tar czf "$OTCA_GPU_CHECK_KEEP/gpu_check_logs.tar.gz" -C "$work" --exclude=site --exclude=upstream . \
+    && say "logs, run logs and bench figures: $OTCA_GPU_CHECK_KEEP/gpu_check_logs.tar.gz"
+fi
+[ "$rehearse" = 1 ] && say "$payload_size"
+say "$( [ "$failed" = 0 ] && echo "every run PASSED" || echo "FAILED" ) in $(( $(date +%s) - started )) s" \
+    "(wall time, $( [ "$rehearse" = 1 ] && echo "rehearsal on the CPU" || echo "on the GPU" )); logs in $work"
 return $failed
 }
-main "$@"
+main "$@"; exit $?  # on one line: bash has read it before main runs

@@ -1,9 +1,10 @@
 """What scripts/gpu_check.sh runs on CUDA, exercised on the CPU first: the smoke device and backend,
-NCCL after set_device, every model and loader batch moved to the rank's GPU, bf16 latents through the
+NCCL then set_device (upstream's order), every model and loader batch moved to the rank's GPU, bf16 latents through the
 layer under autocast, the layer meter, and the script's refusal without CUDA."""
 import json
 import os
 import subprocess
+import sys
 from argparse import Namespace
 from pathlib import Path
 
@@ -31,22 +32,48 @@ def test_the_smoke_device_is_the_cpu_unless_cuda_is_asked_for(monkeypatch):
         environment.smoke_device()
 
 
-def test_on_cuda_each_rank_sets_its_gpu_then_opens_an_nccl_world(monkeypatch):
+def test_on_cuda_each_rank_opens_an_nccl_world_then_sets_its_gpu_as_upstream(monkeypatch):
+    """Upstream's order (DanceGRPO train_grpo_flux.py:629-630, Hunyuan 503-504, Wan 550-551, MixGRPO
+    635-636): ``init_process_group`` first, ``set_device`` after. The layer's rank check runs in
+    between, while every rank is still on GPU 0: it must talk through the store only, with no
+    collective and no tensor on a device (NCCL would put every rank's on GPU 0)."""
+    import threading
+
+    from otca_patch import rank_check
+
     cuda = FakeCuda(monkeypatch, devices=2)
     monkeypatch.setenv(environment.DEVICE_ENV, "cuda")
     monkeypatch.setenv("LOCAL_RANK", "1")
     assert environment.smoke_device() == torch.device("cuda", 1)
     assert environment.backend_for(environment.smoke_device()) == "nccl"
-    opened = []
-    monkeypatch.setattr(environment.dist, "is_initialized", lambda: bool(opened))
+    calls = []
+    monkeypatch.setattr(environment.dist, "is_initialized", lambda: any(c[0] == "init" for c in calls))
     monkeypatch.setattr(environment.dist, "init_process_group",
-                        lambda backend: opened.append((backend, cuda.current)))
-    monkeypatch.setattr(environment.dist, "get_rank", lambda: 1)
-    monkeypatch.setattr(environment.dist, "get_world_size", lambda: 2)
-    for key in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
-        monkeypatch.setenv(key, {"RANK": "1", "WORLD_SIZE": "2"}.get(key, "127.0.0.1" if key == "MASTER_ADDR" else "29500"))
+                        lambda backend: calls.append(("init", backend, cuda.current)))
+    monkeypatch.setattr(environment.dist, "get_rank", lambda group=None: 1)
+    monkeypatch.setattr(environment.dist, "get_world_size", lambda group=None: 2)
+    for collective in ("all_gather", "all_reduce", "broadcast", "barrier", "all_gather_object", "broadcast_object_list"):
+        monkeypatch.setattr(environment.dist, collective, lambda *a, _name=collective, **k: calls.append((_name,)))
+    for key, value in {"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}.items():
+        monkeypatch.setenv(key, value)
+    # the layer owes the check (as an --otca trainer's import arms it); rank 0 checks in another thread
+    store = environment.dist.HashStore()
+    monkeypatch.setattr(rank_check, "_pending", rank_check._Pending())
+    monkeypatch.setattr(rank_check, "default_store", lambda: (store, "a test store"))
+    checked = rank_check.check_ranks
+    monkeypatch.setattr(rank_check, "check_ranks", lambda *a, **k: (calls.append(("check", cuda.current)),
+                                                                     checked(*a, **k))[1])
+    entry = {"host": "node-a", "pid": 1, "layer": "0", "target": "t", "spec_sha256": "s", "file_sha256": "f",
+             "flags": {"otca": True}, "local_world_size": 2}
+    rank0 = threading.Thread(target=checked, args=(store, 0, 2, {**entry, "local_rank": 0}, 60))
+    rank0.start()
+    rank_check.arm({**entry, "local_rank": 1}, 60)
     assert environment.init_process_group() == (1, 2)
-    assert opened == [("nccl", 1)]  # the device was set before the group, as upstream's trainers do
+    rank0.join(60)
+    assert calls == [("init", "nccl", 0), ("check", 0)]  # the group first, the check in it, no collective
+    assert rank_check.result()["world_size"] == 2
+    assert cuda.current == 1  # then this rank's GPU, as upstream sets it
+    assert cuda.moves == [] and cuda.factories == []  # nothing placed on a device in that window
     with environment.cpu_as_current_device():  # FSDP helpers then see the real current GPU
         assert torch.cuda.current_device() == 1
 
@@ -106,8 +133,37 @@ def test_the_meter_splits_each_step_into_the_layers_share(tmp_path):
     assert meter.summary(tmp_path).startswith("layer: time 0.") and "memory n/a (CPU)" in meter.summary(tmp_path)
 
 
-def test_gpu_check_refuses_without_cuda():
-    done = subprocess.run([str(REPO / "scripts" / "gpu_check.sh")], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "CUDA_VISIBLE_DEVICES": "", "OTCA_PYTHON": os.environ.get("OTCA_PYTHON", __import__("sys").executable)})
-    assert done.returncode == 2
+def gpu_check(tmp_path, python: str, **env):
+    """scripts/gpu_check.sh (the GPU call) run with ``python`` as the GPU machine's interpreter."""
+    return subprocess.run([str(REPO / "scripts" / "gpu_check.sh")], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "OTCA_PYTHON": python, "TMPDIR": str(tmp_path), **env})
+
+
+def python_wrapper(tmp_path, name: str, body: str) -> str:
+    path = tmp_path / name
+    path.write_text(f"#!/bin/sh\n{body}\n")
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_gpu_check_refuses_without_cuda(tmp_path):
+    done = gpu_check(tmp_path, sys.executable, CUDA_VISIBLE_DEVICES="")
+    assert done.returncode == 2, done.stdout + done.stderr
     assert "no CUDA device here" in done.stdout and "nothing was run" in done.stdout
+
+
+def test_gpu_check_names_a_broken_interpreter_and_a_missing_or_failing_torch(tmp_path):
+    done = gpu_check(tmp_path, str(tmp_path / "no-such-python"))
+    assert done.returncode == 3 and "the interpreter" in done.stdout and "does not run" in done.stdout, done.stdout
+    assert "CUDA" not in done.stdout
+    # an interpreter without site-packages: no torch at all
+    bare = python_wrapper(tmp_path, "bare-python", f'exec "{sys.executable}" -S -I "$@"')
+    done = gpu_check(tmp_path, bare)
+    assert done.returncode == 3 and "torch is not installed for" in done.stdout, done.stdout
+    # a torch whose import fails (a CUDA library missing, say)
+    broken = tmp_path / "broken" / "torch"
+    broken.mkdir(parents=True)
+    (broken / "__init__.py").write_text("raise ImportError('libcudart.so.13: cannot open shared object file')\n")
+    failing = python_wrapper(tmp_path, "failing-python", f'PYTHONPATH="{broken.parent}" exec "{sys.executable}" "$@"')
+    done = gpu_check(tmp_path, failing)
+    assert done.returncode == 3 and "torch does not import" in done.stdout and "libcudart.so.13" in done.stdout, done.stdout

@@ -155,13 +155,9 @@ def test_the_preflight_line_names_the_set_up_commands_before_they_run(synthetic)
 # ---- the end of a failed launch
 
 FAILING_RUNTIME = textwrap.dedent('''\
-    from otca_patch.targets.descriptor import Target
-
     class Runtime:
-        def __init__(self, config):
+        def __init__(self, config, spec):
             raise ValueError("reward model 'clip_t': cannot read checkpoint /ckpt/clip.pt")
-
-    TARGET = Target("synthetic-trainer", Runtime)
 ''')
 
 

@@ -11,6 +11,7 @@ options=options)``.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Dict, Tuple, Union
 
@@ -30,10 +31,18 @@ _TINY_CLIP_CFG = {
 }
 
 
+def write_whole(path: Path, text: str) -> None:
+    """``path`` holds ``text`` or its old content, never a part: the ranks of a smoke run build the same
+    tiny files in one folder, and one rank may read a file while another writes it."""
+    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    partial.write_text(text, encoding="utf-8")
+    os.replace(partial, path)
+
+
 def _register_config(root: Path, name: str, add_model_config) -> None:
     folder = root / f"configs-{name}"
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / f"{name}.json").write_text(json.dumps(_TINY_CLIP_CFG))
+    write_whole(folder / f"{name}.json", json.dumps(_TINY_CLIP_CFG))
     add_model_config(folder)
 
 
@@ -138,11 +147,24 @@ def build_hpsv2(root: Union[str, Path], seed: int = 2) -> Path:
 _CLIP_MERGES = 49152 - 256 - 2
 
 
+def bytes_to_unicode() -> dict:
+    """Byte-level BPE's table of the 256 bytes to printable characters (GPT-2's, which CLIP's BPE
+    uses): printable Latin-1 bytes map to themselves, the rest to code points from 256 on. Kept here
+    because transformers moved its copy (``tokenization_clip`` has none from 5.0)."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("\xa1"), ord("\xac") + 1), *range(ord("\xae"), ord("\xff") + 1)]
+    table, extra = {}, 0
+    for byte in range(256):
+        if byte in printable:
+            table[byte] = chr(byte)
+        else:
+            table[byte] = chr(256 + extra)
+            extra += 1
+    return table
+
+
 def _synthetic_merges():
     """Stand-in merges of CLIP's size (pairs of byte tokens), where no package ships the real BPE:
     the vocabulary keeps CLIP's size and special ids, which is all a tiny random model needs."""
-    from transformers.models.clip.tokenization_clip import bytes_to_unicode
-
     chars = list(bytes_to_unicode().values())
     pairs = ((a, b) for a in chars for b in chars + [c + "</w>" for c in chars])
     return [f"{a} {b}" for _, (a, b) in zip(range(_CLIP_MERGES), pairs)]
@@ -152,8 +174,6 @@ def _clip_bpe_files(folder: Path) -> Tuple[Path, Path]:
     """vocab.json / merges.txt of OpenAI CLIP's BPE (laion's processor uses it), from the copy that
     open_clip, hpsv2 or OpenAI's clip ships, else stand-in merges of the same size."""
     import gzip
-
-    from transformers.models.clip.tokenization_clip import bytes_to_unicode
 
     bpe = bpe_vocab_file()
     if bpe is not None:
@@ -166,8 +186,8 @@ def _clip_bpe_files(folder: Path) -> Tuple[Path, Path]:
     tokens += ["<|startoftext|>", "<|endoftext|>"]
     folder.mkdir(parents=True, exist_ok=True)
     vocab, merges_file = folder / "vocab.json", folder / "merges.txt"
-    vocab.write_text(json.dumps({t: i for i, t in enumerate(tokens)}), encoding="utf-8")
-    merges_file.write_text("#version: 0.2\n" + "\n".join(merges) + "\n", encoding="utf-8")
+    write_whole(vocab, json.dumps({t: i for i, t in enumerate(tokens)}))
+    write_whole(merges_file, "#version: 0.2\n" + "\n".join(merges) + "\n")
     return vocab, merges_file
 
 

@@ -81,18 +81,21 @@ def _free_port() -> int:
 
 
 def init_process_group() -> tuple[int, int]:
-    """torchrun's world when launched by it, else a world of one on loopback: NCCL on this rank's GPU
-    (after ``torch.cuda.set_device``, as upstream's trainers) with ``OTCA_SMOKE_DEVICE=cuda``, else gloo."""
+    """torchrun's world when launched by it, else a world of one on loopback: NCCL with
+    ``OTCA_SMOKE_DEVICE=cuda``, else gloo. Upstream's order: ``init_process_group`` first, then
+    ``torch.cuda.set_device(local_rank)`` (DanceGRPO train_grpo_flux.py:629-630, Hunyuan 503-504,
+    Wan 550-551, MixGRPO 635-636), so the layer's rank check, which runs as the group is made,
+    meets every rank still on the default device."""
     defaults = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1"}
     for key, value in defaults.items():
         os.environ.setdefault(key, value)
     os.environ.setdefault("MASTER_PORT", str(_free_port()))
     os.environ.setdefault("WANDB_MODE", "disabled")
     device = smoke_device()
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
     if not dist.is_initialized():
         dist.init_process_group(backend_for(device))
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
     average_by_sum_on_gloo()
     return dist.get_rank(), dist.get_world_size()
 

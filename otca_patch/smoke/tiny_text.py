@@ -2,8 +2,8 @@
 
 CLIP's real BPE ships with open_clip, hpsv2 and OpenAI's clip, so the CLIP tokenizer is the real one
 where one of them is installed (else a stand-in of the same size, ``rewards.tiny``); T5's sentencepiece
-model is not on disk, so the T5 tokenizer is a word-level vocabulary over ``TINY_WORDS`` wrapped
-as ``T5TokenizerFast`` (it saves and loads as ``tokenizer.json`` like the real one).
+model is not on disk, so the T5 tokenizer is a Unigram vocabulary of one piece per word of ``TINY_WORDS``
+wrapped as ``T5TokenizerFast`` (it saves and loads as ``tokenizer.json`` like the real one).
 """
 from __future__ import annotations
 
@@ -32,8 +32,10 @@ def t5_tokenizer():
     from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
     from transformers import T5TokenizerFast
 
-    vocab = {token: i for i, token in enumerate(("<pad>", "</s>", "<unk>", *TINY_WORDS))}
-    backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    # a Unigram model (T5's own kind): transformers 5 rebuilds a T5 tokenizer from tokenizer.json's
+    # [token, score] list and refuses a word-level {token: id} map; each word is one piece, ids as listed
+    pieces = [(token, 0.0) for token in ("<pad>", "</s>", "<unk>")] + [(word, -1.0) for word in TINY_WORDS]
+    backend = Tokenizer(models.Unigram(pieces, unk_id=2))
     backend.normalizer = normalizers.Lowercase()
     backend.pre_tokenizer = pre_tokenizers.Whitespace()
     return T5TokenizerFast(tokenizer_object=backend, eos_token="</s>", unk_token="<unk>", pad_token="<pad>",

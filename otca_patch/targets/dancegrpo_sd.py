@@ -64,7 +64,8 @@ class SdRuntime(GrpoRuntime):
 
     # ---- hooks: record_loss, record_grad_norm, log_each_epoch
     def record_loss(self, loss: torch.Tensor) -> None:
-        self.loss_sum += float(loss.detach())
+        """Summed where the loss is (no host read per backward: ``end_epoch`` reads it once)."""
+        self.loss_sum = self.loss_sum + loss.detach().float()
         self.loss_count += 1
 
     def record_grad_norm(self, norm):
@@ -73,6 +74,6 @@ class SdRuntime(GrpoRuntime):
 
     def end_epoch(self) -> None:
         """One run-log line: the epoch's mean upstream loss and its last clipped gradient norm."""
-        self.write_record(trained_steps=self.trained_steps, loss=self.loss_sum / max(self.loss_count, 1),
+        self.write_record(trained_steps=self.trained_steps, loss=float(self.loss_sum) / max(self.loss_count, 1),
                           grad_norm=None if self.grad_norm is None else float(self.grad_norm))
         self.reset()

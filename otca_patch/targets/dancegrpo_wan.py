@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import torch
 
-from ..distributed import all_reduce_sum, world
+from ..distributed import average_gradients
 from .dancegrpo import GrpoRuntime
 from .wan22 import ExpertRouter, is_wan22_checkpoint, load_experts, save_experts
 
@@ -88,18 +88,10 @@ class WanRuntime(GrpoRuntime):
 
     # ---- hook: synchronise_gradients (train_one_step, before clip_grad_norm_)
     def synchronise_gradients(self, model: torch.nn.Module) -> None:
-        """With ``--otca_sync_grads``: every gradient becomes its mean over ranks (what DDP would do),
-        so the gradient norm is clipped and the step taken on the same gradient everywhere."""
-        _, size = world()
-        if not self.config.otca_sync_grads or size == 1:
-            return
-        grads = [p.grad for p in model.parameters() if p.grad is not None]
-        if not grads:
-            return
-        flat = torch.cat([g.reshape(-1) for g in grads])  # one collective, not one per tensor
-        all_reduce_sum(flat)
-        flat /= size
-        offset = 0
-        for grad in grads:
-            grad.copy_(flat[offset:offset + grad.numel()].view_as(grad))
-            offset += grad.numel()
+        """With ``--otca_sync_grads``: every trainable gradient becomes its mean over ranks (what DDP would
+        do, bucketed: ``distributed.average_gradients``), so the gradient norm is clipped and the step
+        taken on the same gradient everywhere. A Wan2.2 expert that this rank's window never reached
+        gets zeros where another rank has a gradient, so each expert's gradient is its own mean."""
+        if self.config.otca_sync_grads:
+            average_gradients(model.parameters())
+

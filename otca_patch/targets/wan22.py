@@ -50,24 +50,29 @@ class ExpertRouter(nn.Module):
         self.config = transformer.config  # upstream writes dict(transformer.config) beside its checkpoints
         self.served = []
 
-    def expert_names(self, timestep: torch.Tensor) -> list[str]:
-        return [EXPERTS[0] if float(t) >= self.boundary else EXPERTS[1] for t in timestep.reshape(-1)]
+    def expert_names(self, timestep) -> list[str]:
+        """``timestep``: a ``[B]`` tensor or the host list of its values."""
+        values = timestep.reshape(-1).tolist() if isinstance(timestep, torch.Tensor) else timestep
+        return [EXPERTS[0] if t >= self.boundary else EXPERTS[1] for t in values]
 
     def forward(self, hidden_states, timestep, encoder_hidden_states, return_dict=True, **kwargs):
-        names = self.expert_names(timestep)
-        self.served.append((timestep.reshape(-1).tolist(), names, torch.is_grad_enabled()))
-        high = torch.tensor([n == EXPERTS[0] for n in names], device=hidden_states.device)
-        if high.all() or not high.any():
-            expert = self.transformer if high.all() else self.transformer_2
+        # one host read of the [B] timesteps per call: which expert's kernels to launch is a host
+        # decision (as in diffusers' WanPipeline, which compares t with the boundary on the host too)
+        values = timestep.reshape(-1).tolist()
+        names = self.expert_names(values)
+        self.served.append((values, names, torch.is_grad_enabled()))
+        if len(set(names)) == 1:
+            expert = self.transformer if names[0] == EXPERTS[0] else self.transformer_2
             out = expert(hidden_states=hidden_states, timestep=timestep, encoder_hidden_states=encoder_hidden_states,
                          return_dict=False, **kwargs)[0]
-        else:
+        else:  # rows on both sides of the boundary in one call (upstream never makes one)
             out = None
-            for expert, rows in ((self.transformer, high), (self.transformer_2, ~high)):
+            for expert, name in ((self.transformer, EXPERTS[0]), (self.transformer_2, EXPERTS[1])):
+                rows = torch.tensor([i for i, n in enumerate(names) if n == name], device=hidden_states.device)
                 part = expert(hidden_states=hidden_states[rows], timestep=timestep[rows],
                               encoder_hidden_states=encoder_hidden_states[rows], return_dict=False, **kwargs)[0]
                 out = part.new_zeros((hidden_states.shape[0], *part.shape[1:])) if out is None else out
-                out = out.index_put((rows.nonzero().squeeze(1),), part)
+                out = out.index_put((rows,), part)
         if torch.is_grad_enabled() and not out.requires_grad:
             # a step of the frozen expert (--otca_wan22_train): upstream's loss.backward() still runs,
             # and nothing is trained by it
