@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from otca_patch.config import OtcaConfig
-from otca_patch.targets.dancegrpo_sd import SdRuntime
+from otca_patch.targets.registry import runtime_for
 from otca_patch.targets.wan22 import ExpertRouter
 
 from fake_cuda import FakeCuda, cuda_index
@@ -42,7 +42,7 @@ def test_the_wan22_router_reads_the_timesteps_once_per_call(monkeypatch):
 
 def test_the_sd_runtime_sums_the_loss_on_the_device_and_reads_it_once_per_epoch(monkeypatch, tmp_path):
     cuda = FakeCuda(monkeypatch, devices=1)
-    runtime = SdRuntime(OtcaConfig(otca=True, otca_log_dir=str(tmp_path)))
+    runtime = runtime_for("dancegrpo-sd", OtcaConfig(otca=True, otca_log_dir=str(tmp_path)))
     written = []
     monkeypatch.setattr(runtime, "write_record", lambda **fields: written.append(fields))
     runtime.trained_steps = torch.zeros(1, 1, dtype=torch.long)

@@ -24,7 +24,7 @@ WORKER = textwrap.dedent('''
     from torch import nn
     from otca_patch.config import OtcaConfig
     from otca_patch import distributed
-    from otca_patch.targets.dancegrpo_wan import WanRuntime
+    from otca_patch.targets.registry import runtime_for
 
     out, bucket_bytes = sys.argv[1], int(sys.argv[2])
     dist.init_process_group("gloo")
@@ -46,7 +46,7 @@ WORKER = textwrap.dedent('''
     def grads(model):
         return {n: None if p.grad is None else p.grad.float().tolist() for n, p in model.named_parameters()}
 
-    runtime = WanRuntime(OtcaConfig(otca=True, otca_sync_grads=True, otca_log_dir=os.path.join(out, "logs")))
+    runtime = runtime_for("dancegrpo-wan", OtcaConfig(otca=True, otca_sync_grads=True, otca_log_dir=os.path.join(out, "logs")))
     report = {}
     for scenario, touched in SCENARIOS.items():
         model = Experts()
@@ -115,10 +115,10 @@ def test_each_expert_gradient_is_its_own_mean_over_ranks_on_every_rank(tmp_path,
 
 def test_a_world_of_one_leaves_the_gradients_alone(tmp_path):
     from otca_patch.config import OtcaConfig
-    from otca_patch.targets.dancegrpo_wan import WanRuntime
+    from otca_patch.targets.registry import runtime_for
 
     model = torch.nn.Linear(3, 2)
     model(torch.ones(1, 3)).sum().backward()
     before = model.weight.grad.clone()
-    WanRuntime(OtcaConfig(otca=True, otca_sync_grads=True, otca_log_dir=str(tmp_path))).synchronise_gradients(model)
+    runtime_for("dancegrpo-wan", OtcaConfig(otca=True, otca_sync_grads=True, otca_log_dir=str(tmp_path))).synchronise_gradients(model)
     assert torch.equal(model.weight.grad, before) and model.bias.grad is not None
