@@ -104,6 +104,18 @@ ABLATION_ORDER = (("sum_raw", "sum", "multi_grpo", "gdpo", "tcd", "moca", "otca"
 assert set(ABLATION_ORDER) == set(VARIANTS)
 
 
+#: Short names for the reports' plain lines (``short_name``).
+SHORT_NAMES = {"sum_raw": "DanceGRPO (raw sum)", "sum": "Sum", "multi_grpo": "Multi-GRPO", "gdpo": "GDPO",
+               "moca": "MOCA", "otca": "OTCA", "tcd": "TCD", "tcd_batch": "TCD schedule",
+               "multi_grpo_moca_rms": "Multi-GRPO at MOCA's RMS", "otca_maxadv": "OTCA (explore_scale=max_advantage)",
+               "otca_window": "OTCA (reward_scale=window)", "sum_window": "DanceGRPO (raw sum, reward_scale=window)",
+               "coca": "CoCA", "tempflow": "TempFlow-GRPO", "marble": "MARBLE"}
+
+
+def short_name(name: str) -> str:
+    return SHORT_NAMES.get(name, f"`{name}`")
+
+
 def check_available(names) -> None:
     """Raise ``ValueError`` before any work if a variant needs a credit option this engine lacks."""
     for name in names:
