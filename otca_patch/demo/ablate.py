@@ -80,8 +80,9 @@ def main(argv=None) -> int:
     if len(regimes) > 1:
         total = time.perf_counter() - started
         atomic_write_json(out / "ablation.json", {"regimes": results, "command": command, "seconds": {"total": total}})
-        atomic_write_text(out / "ablation.md", "\n".join(render_markdown(results[n], command) for n in regimes)
-                          + f"\nWall time, both regimes: {total:.0f} s.\n")
+        atomic_write_text(out / "ablation.md", render_headline(results) + "\n\n"
+                          + "\n".join(render_markdown(results[n], command) for n in regimes)
+                          + f"\nWall time, {len(regimes)} regimes: {total:.0f} s.\n")
     print(f"\nwrote {out / 'ablation.md'} and {out / 'ablation.json'} in {time.perf_counter() - started:.0f} s")
     return 0
 
@@ -203,6 +204,23 @@ def render_decomposition(result: dict) -> str:
         lines.append(f"| {row['step']} | `{row['to']}` - `{row['from']}` | "
                      + " | ".join(_cells(row["differences"], objectives)) + f" | {row['verdict']} |")
     return "\n".join(lines)
+
+
+def render_headline(results: dict) -> str:
+    """The decomposition of every regime in one table (``{regime: result}``): per step and regime, each
+    objective's paired difference, the mean gap closed, the drift and the plain verdict."""
+    lines = ["| regime | step | difference | objectives (paired difference of gap closed) | mean gap closed | drift | "
+             "reading |", "|---|---|---|---|---:|---:|---|"]
+    for name, result in results.items():
+        for row in result.get("decomposition", []):
+            diff = row["differences"]
+            objectives = "; ".join(f"{k} {interval(diff[k])}" for k in result["objectives"])
+            reading = row["plain"].split(": ", 1)[1].rsplit(" \u2192 ", 1)[1]
+            lines.append(f"| {name} | {row['step']} | `{row['to']}` - `{row['from']}` | {objectives} | "
+                         f"{interval(diff['mean_gap_closed'])} | {interval(diff['drift'], 4)} | {reading} |")
+    seeds = sorted({len(r["seeds"]) for r in results.values()})
+    return (f"Decomposition, paired by seed ({'/'.join(map(str, seeds))} seeds), mean [95% t-interval]; reading: "
+            "the verdict rule of `otca_patch/analysis/verdict.py` over the objectives.\n\n" + "\n".join(lines))
 
 
 def below_base_lines(result: dict) -> list:
