@@ -224,6 +224,17 @@ def test_credit_from_progress_takes_the_window_too():
     torch.testing.assert_close(again.advantages, full.advantages, atol=1e-6, rtol=0)
 
 
+def test_explore_scale_is_an_otca_flag_and_reward_scale_is_not():
+    from otca_patch.config import parse_otca_args
+
+    config, rest = parse_otca_args(["--otca", "--otca_explore_scale", "max_advantage", "--lr", "1"])
+    assert rest == ["--lr", "1"] and config.credit_config().explore_scale == "max_advantage"
+    assert parse_otca_args(config.to_argv())[0] == config
+    assert parse_otca_args([])[0].credit_config().explore_scale == "absolute"
+    with pytest.raises(ValueError, match="otca_reward_scale"):  # needs a window of rewards no hook keeps yet
+        parse_otca_args(["--otca_reward_scale", "window"])
+
+
 @pytest.mark.parametrize("options, extra, message", [
     ({"explore_scale": "largest"}, {}, "explore_scale: must be one of absolute, max_advantage"),
     ({"reward_scale": "running"}, {}, "reward_scale: must be one of group, window"),
