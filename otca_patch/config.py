@@ -51,6 +51,9 @@ class OtcaConfig:
     otca_explore_center: bool = flag("MOCA exploration strength from |q - mean_g(q)| instead of |q|", False)
     otca_fusion: str = flag("MOCA fusion: per sample ('sample', the spec) or one exact minimum-norm mixture per "
                              "group ('group', the MGDA reading)", "sample", choices=("sample", "group"))
+    otca_explore_scale: str = flag("MOCA exploration bias: beta*tanh(e) ('absolute', the spec) or that times the "
+                                    "sample's largest objective advantage ('max_advantage', docs/credit.md 3.8)",
+                                    "absolute", choices=("absolute", "max_advantage"))
     otca_final_state: str = flag("DanceGRPO samplers: TCD's final state z_T is the last latent ('latent', the spec) "
                                   "or the last step's predicted clean sample that upstream decodes and scores "
                                   "('prediction')", "latent", choices=("latent", "prediction"),
@@ -118,7 +121,8 @@ class OtcaConfig:
                                 adv_eps=self.otca_adv_eps, std_correction=self.otca_std_correction,
                                 explore=self.otca_explore, objective_weights=self.otca_objective_weights,
                                 std_scope=self.otca_std_scope, weight_scope=self.otca_weight_scope,
-                                explore_center=self.otca_explore_center, fusion=self.otca_fusion)
+                                explore_center=self.otca_explore_center, fusion=self.otca_fusion,
+                                explore_scale=self.otca_explore_scale)
         except ValueError as exc:
             raise ValueError(f"--otca_{exc}") from None
 

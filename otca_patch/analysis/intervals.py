@@ -9,7 +9,7 @@ import math
 import numpy as np
 
 from .student_t import t_quantile_975
-from .verdict import NEGLIGIBLE, NONE, classify, direction, threshold_text
+from .verdict import BETTER, NEGLIGIBLE, NONE, WORSE, classify, direction, threshold_text
 
 
 def mean_interval(values, threshold: float | None = None) -> dict:
@@ -63,3 +63,30 @@ def pareto_verdict(differences: dict, candidate: str, reference: str, thresholds
                 f"objective.{small}{rest} ({stated[2:]}.)")
     return (f"Not separated: every objective's 95% interval of `{candidate}` - `{reference}` contains 0 "
             f"at this number of seeds ({stated[2:]}).")
+
+
+def plain_line(differences: dict, objectives, candidate: str, reference: str) -> str:
+    """One plain line for a paired comparison (candidate minus reference, ``{column: mean_interval}``
+    with each objective's practical threshold), e.g. ``"OTCA vs Multi-GRPO: palette -0.024, shape
+    -0.016, edges no difference, more drift -> no gain here"``. An objective is named with its mean
+    when it is better or worse (interval off 0 and beyond the threshold), else "negligible" or "no
+    difference"; the drift when its interval is off 0; the conclusion follows ``pareto_verdict``'s rule."""
+    parts, signs = [], []
+    for name in objectives:
+        d = differences[name]
+        verdict = classify(d["low"], d["high"], d.get("threshold"))
+        signs.append({BETTER: 1, WORSE: -1}.get(verdict, 0))
+        parts.append(f"{name} {d['mean']:+.3f}".replace("-", "\u2212") if verdict in (BETTER, WORSE)
+                     else f"{name} {'negligible' if verdict == NEGLIGIBLE else 'no difference'}")
+    drift = differences.get("drift")
+    if drift is not None and classify(drift["low"], drift["high"], None) != NONE:
+        parts.append("more drift" if drift["low"] > 0 else "less drift")
+    if 1 in signs and -1 not in signs:
+        conclusion = "a gain"
+    elif -1 in signs and 1 not in signs:
+        conclusion = "no gain here (worse)"
+    elif 1 in signs:
+        conclusion = "a trade-off"
+    else:
+        conclusion = "no practical difference"
+    return f"{candidate} vs {reference}: " + ", ".join(parts) + f" \u2192 {conclusion}"

@@ -13,6 +13,12 @@ STD_SCOPES = ("group", "batch")
 WEIGHT_SCOPES = ("sample", "batch")
 #: How MOCA fuses objectives: per sample (the spec, 3.4-3.5) or one MGDA mixture per group (3.7).
 FUSIONS = ("sample", "group")
+#: How MOCA's exploration bias is scaled (docs/credit.md 3.8): the paper's absolute beta*tanh(e) (the
+#: spec), or that times the sample's largest objective advantage (tied to the advantages' scale).
+EXPLORE_SCALES = ("absolute", "max_advantage")
+#: How each raw reward is scaled before its group baseline (docs/credit.md 2.1): by each group's std
+#: (the spec), or to unit std over a running window of recent rewards (App. A.5's rescaling).
+REWARD_SCALES = ("group", "window")
 #: Comparison methods (docs/credit.md section 8; not OTCA): library options only, not ``--otca_mode``
 #: values, because their inputs (predicted clean samples, the sampler's noise per step) are not
 #: captured by any trainer's hooks yet.
@@ -49,6 +55,12 @@ class CreditConfig:
             deviation from its group mean (spec 3.6).
         fusion: ``sample`` (the spec) or ``group``: one minimum-norm mixture per group over the
             group's advantage vectors, solved exactly (spec 3.7, the MGDA reading).
+        explore_scale: ``absolute`` (the spec: ``lambda = beta tanh(e)``) or ``max_advantage``:
+            ``lambda = beta tanh(e) max_k A[i, k]`` (spec 3.8, an option testing the bias's gap-fill).
+        reward_scale: ``group`` (the spec: each objective divided by its group's std) or ``window``:
+            each raw reward divided by its std over a running window of recent rewards (the
+            ``reward_window`` argument of ``compute_credit``), then only the group's mean subtracted
+            (spec 2.1, App. A.5's "rescale individual reward components").
         coca_alpha, coca_window: CoCA's ``temporal_alpha`` (0) and window of steps (1; it must
             divide T) for the comparison mode ``coca`` (spec 8.1).
     """
@@ -64,6 +76,8 @@ class CreditConfig:
     weight_scope: str = "sample"
     explore_center: bool = False
     fusion: str = "sample"
+    explore_scale: str = "absolute"
+    reward_scale: str = "group"
     coca_alpha: float = 0.0
     coca_window: int = 1
 
@@ -99,6 +113,13 @@ class CreditConfig:
             raise ValueError(f"explore_center: must be true or false, got {self.explore_center!r}")
         if self.fusion not in FUSIONS:
             raise ValueError(f"fusion: must be one of {', '.join(FUSIONS)}, got {self.fusion!r}")
+        if self.explore_scale not in EXPLORE_SCALES:
+            raise ValueError(f"explore_scale: must be one of {', '.join(EXPLORE_SCALES)}, got {self.explore_scale!r}")
+        if self.reward_scale not in REWARD_SCALES:
+            raise ValueError(f"reward_scale: must be one of {', '.join(REWARD_SCALES)}, got {self.reward_scale!r}")
+        if self.reward_scale == "window" and self.std_scope != "group":
+            raise ValueError("reward_scale: window sets every objective's scale itself; it cannot be combined with "
+                             f"std_scope={self.std_scope!r}")
         if self.objective_weights is not None:
             weights = tuple(float(w) for w in self.objective_weights)
             if not weights:

@@ -58,7 +58,8 @@ class Credit:
 
 def compute_credit(rewards, latents: torch.Tensor, group_ids, config: Optional[CreditConfig] = None,
                    chunk_bytes: int = tcd.DEFAULT_CHUNK_BYTES, final: Optional[torch.Tensor] = None,
-                   clean: Optional[torch.Tensor] = None, step_noise: Optional[torch.Tensor] = None) -> Credit:
+                   clean: Optional[torch.Tensor] = None, step_noise: Optional[torch.Tensor] = None,
+                   reward_window: Optional[torch.Tensor] = None) -> Credit:
     """OTCA credit for a batch of sampled trajectories.
 
     Args:
@@ -73,6 +74,9 @@ def compute_credit(rewards, latents: torch.Tensor, group_ids, config: Optional[C
             each state ``z_0 .. z_{T-1}``, then the final sample.
         step_noise: ``[T]`` or ``[B, T]`` for mode ``tempflow`` only (spec 8.2): the std of each
             SDE transition.
+        reward_window: ``[N, K]`` raw rewards of recent earlier batches, for ``reward_scale="window"``
+            only (spec 2.1): each objective's scale is its std over these and ``rewards`` together
+            (``None``: over ``rewards`` alone).
     Returns:
         ``Credit`` with ``advantages [B, T]`` and every intermediate quantity.
     Raises:
@@ -108,11 +112,12 @@ def compute_credit(rewards, latents: torch.Tensor, group_ids, config: Optional[C
         _raise_non_finite_latents(latents if final is None else latents[:, :-1])
     delta_s = tcd.step_progress(similarity.to(_WORK))
     peer_input = _peer_input(config, latents.shape[0], latents.shape[1] - 1, clean, step_noise, chunk_bytes)
-    return _credit(rewards, delta_s, group_ids, config, similarity, peer_input)
+    window = _check_reward_window(config, reward_window, rewards)
+    return _credit(rewards, delta_s, group_ids, config, similarity, peer_input, window)
 
 
 def credit_from_progress(rewards, delta_s: torch.Tensor, group_ids, config: Optional[CreditConfig] = None,
-                         step_noise: Optional[torch.Tensor] = None) -> Credit:
+                         step_noise: Optional[torch.Tensor] = None, reward_window: Optional[torch.Tensor] = None) -> Credit:
     """The same credit from precomputed per-step progress ``delta_s [B, T]`` (no latents).
 
     For trainers whose latents live on several processes: each computes its samples' ``delta_s``
@@ -131,7 +136,25 @@ def credit_from_progress(rewards, delta_s: torch.Tensor, group_ids, config: Opti
     if config.mode == "coca":
         raise ValueError("mode: coca needs the predicted clean samples; use compute_credit(..., clean=...)")
     peer_input = _peer_input(config, delta_s.shape[0], delta_s.shape[1], None, step_noise, 0)
-    return _credit(rewards, delta_s.to(_WORK), group_ids, config, None, peer_input)
+    window = _check_reward_window(config, reward_window, rewards)
+    return _credit(rewards, delta_s.to(_WORK), group_ids, config, None, peer_input, window)
+
+
+def _check_reward_window(config: CreditConfig, reward_window, rewards: torch.Tensor):
+    """The rewards whose per-objective std scales them (spec 2.1): ``[N + B, K]``, or ``None`` for the
+    default ``reward_scale="group"`` (which refuses a window: it would be silently unused)."""
+    if config.reward_scale != "window":
+        if reward_window is not None:
+            raise ValueError(f"reward_window: only reward_scale='window' uses it (reward_scale is {config.reward_scale!r})")
+        return None
+    if reward_window is None:
+        return rewards.to(_WORK)
+    if not isinstance(reward_window, torch.Tensor) or reward_window.dim() != 2 or \
+            reward_window.shape[1] != rewards.shape[1]:
+        raise ValueError(f"reward_window: expected a [N, K] tensor with K = {rewards.shape[1]} (raw rewards of "
+                         f"earlier batches), got {getattr(reward_window, 'shape', type(reward_window).__name__)}")
+    _check_finite_tensor("reward_window", reward_window)
+    return torch.cat([reward_window.to(device=rewards.device, dtype=_WORK), rewards.to(_WORK)])
 
 
 def _peer_input(config: CreditConfig, batch: int, n_steps: int, clean, step_noise, chunk_bytes):
@@ -164,7 +187,7 @@ def _peer_input(config: CreditConfig, batch: int, n_steps: int, clean, step_nois
     return None
 
 
-def _credit(rewards, delta_s, group_ids, config: CreditConfig, similarity, peer_input=None) -> Credit:
+def _credit(rewards, delta_s, group_ids, config: CreditConfig, similarity, peer_input=None, window=None) -> Credit:
     device = delta_s.device
     rewards = rewards.to(device=device, dtype=_WORK)
     group_ids = group_ids.to(device)
@@ -178,16 +201,18 @@ def _credit(rewards, delta_s, group_ids, config: CreditConfig, similarity, peer_
     # weight_scope=batch (spec 1.6): the batch's mean share for every sample; q keeps each sample's
     weight_share = share.mean(dim=0, keepdim=True).expand_as(share) if config.weight_scope == "batch" else share
     weights_per_step = tcd.step_weights(weight_share, config.w_min)
+    window_std = None if window is None else moca.window_reward_std(window.to(device), corr)
     advantages_k = moca.objective_advantages(rewards, index, n_groups, weights, corr, config.adv_eps,
-                                             config.std_scope)
+                                             config.std_scope, window_std)
     score = tcd.trajectory_score(share, delta_s)
     lambdas = moca.exploration_bias(score, advantages_k, index, n_groups, corr, config.eps, config.explore,
-                                    center=config.explore_center)
+                                    center=config.explore_center, scale=config.explore_scale)
     if config.fusion == "group":
         fused, mixture = moca.group_fusion(advantages_k, lambdas, index, n_groups)
     else:
         fused, mixture = moca.min_norm_fusion(advantages_k, lambdas)
-    combined = _combine(config, rewards, weights, advantages_k, fused, index, n_groups)
+    summed = rewards if window_std is None else moca.rescale_rewards(rewards, window_std)
+    combined = _combine(config, summed, weights, advantages_k, fused, index, n_groups)
     per_step = weights_per_step if config.step_weighted else torch.ones_like(weights_per_step)
     advantages = per_step * combined.unsqueeze(-1)
     if config.mode == "tempflow":  # spec 8.2: the step weights are the noise schedule's
@@ -208,7 +233,8 @@ def _credit(rewards, delta_s, group_ids, config: CreditConfig, similarity, peer_
 
 
 def _combine(config, rewards, weights, advantages_k, fused, index, n_groups) -> torch.Tensor:
-    """The per-sample combined advantage of each mode (spec section 5). ``[B]``."""
+    """The per-sample combined advantage of each mode (spec section 5). ``[B]``. ``rewards`` are the
+    ones ``sum`` adds up (rescaled by the window under ``reward_scale="window"``)."""
     corr, adv_eps = config.std_correction, config.adv_eps
     if config.mode == "sum":
         return group_normalize(rewards @ weights, index, n_groups, corr, adv_eps, config.std_scope)

@@ -12,21 +12,49 @@ from .simplex_qp import minimize_on_simplex
 TIE_SPAN = 1e-6
 
 
-def objective_advantages(rewards, index, n_groups, weights, correction, adv_eps, std_scope="group"):
-    """``A[i, k] = s_k (r - mean_g) / (std_g + adv_eps)``: ``[B, K] -> [B, K]``."""
-    return weights * group_normalize(rewards, index, n_groups, correction, adv_eps, std_scope)
+def objective_advantages(rewards, index, n_groups, weights, correction, adv_eps, std_scope="group", window_std=None):
+    """``A[i, k] = s_k (r - mean_g) / (std_g + adv_eps)``: ``[B, K] -> [B, K]``.
+
+    With ``window_std [K]`` (spec 2.1, ``reward_scale="window"``) the rewards were already rescaled
+    by it: ``A[i, k] = s_k (r~[i, k] - mean_g r~[:, k])`` with ``r~ = rewards / window_std``, no group std.
+    """
+    if window_std is None:
+        return weights * group_normalize(rewards, index, n_groups, correction, adv_eps, std_scope)
+    rescaled = rescale_rewards(rewards, window_std)
+    mean, _, _ = group_mean_std(rescaled, index, n_groups, correction)
+    return weights * (rescaled - mean)
 
 
-def exploration_bias(score, advantages, index, n_groups, correction, eps, explore, center=False):
+def window_reward_std(window: torch.Tensor, correction: int) -> torch.Tensor:
+    """Per objective, the std (Bessel ``correction``) of ``window [N, K]`` raw rewards -> ``[K]``
+    (0 for a column that is constant or has ``N <= correction`` values)."""
+    n = window.shape[0]
+    if n <= correction:
+        return torch.zeros(window.shape[1], dtype=window.dtype, device=window.device)
+    return (window - window.mean(dim=0)).pow(2).sum(dim=0).div(n - correction).sqrt()
+
+
+def rescale_rewards(rewards: torch.Tensor, window_std: torch.Tensor) -> torch.Tensor:
+    """``rewards [B, K] / window_std [K]``; a column with no spread (``window_std <= 0``) is left as it is."""
+    spread = torch.where(window_std > 0, window_std, torch.ones_like(window_std))
+    return rewards / spread
+
+
+def exploration_bias(score, advantages, index, n_groups, correction, eps, explore, center=False, scale="absolute"):
     """``lambda = beta * tanh(|q| / (std_g(q) + eps))`` where ``mean_k A > 0``, else 0.
 
-    ``center=True`` (spec 3.6) measures ``|q - mean_g(q)|`` instead of ``|q|``.
+    ``center=True`` (spec 3.6) measures ``|q - mean_g(q)|`` instead of ``|q|``;
+    ``scale="max_advantage"`` (spec 3.8) multiplies the bias by ``max_k A[i, k]`` (positive wherever
+    the bias applies), so that ``lambda / 2`` keeps the positive samples' ranking instead of one value.
     Args: ``score [B]`` trajectory scores, ``advantages [B, K]``. Returns ``[B]``.
     """
     mean, spread, _ = group_mean_std(score, index, n_groups, correction)
     strength = (score - mean if center else score).abs() / (spread + eps)
     positive = advantages.mean(dim=-1) > 0
-    return torch.where(positive, explore * torch.tanh(strength), torch.zeros_like(score))
+    bias = explore * torch.tanh(strength)
+    if scale == "max_advantage":
+        bias = bias * advantages.max(dim=-1).values
+    return torch.where(positive, bias, torch.zeros_like(score))
 
 
 def min_norm_fusion(advantages: torch.Tensor, lambdas: torch.Tensor):

@@ -29,8 +29,10 @@ class DemoConfig:
     seeds: str = flag("comma-separated GRPO seeds (prompts, initial and SDE noise; the same for every variant, "
                        "so runs are paired by seed)", "0,1,2,3")
     regime: str = flag("task regime: conflicting (palette, shape, edges: the objectives disagree on many samples) or "
-                        "agreeing (palette, shape, fidelity: they mostly agree); both (ablate only) runs each in turn "
-                        "(otca_patch/demo/regimes.py)", "conflicting", choices=("conflicting", "agreeing", "both"))
+                        "agreeing (palette, shape, fidelity: they mostly agree) or hacking (palette, shape, vividness: vividness "
+                        "can be raised past the clean render at the others' cost); both (conflicting and agreeing) or all "
+                        "(ablate only) runs each in turn (otca_patch/demo/regimes.py)", "conflicting",
+                        choices=("conflicting", "agreeing", "hacking", "both", "all"))
     # --- base model (cached under the base cache folder by a hash of these fields)
     base_seed: int = flag("seed of the base model's initialisation and pre-training", 0)
     base_cache: str = flag("folder holding the cached base model ('' = the output folder)", "")
@@ -150,7 +152,7 @@ class DemoConfig:
         from .regimes import REGIMES
 
         _require("regime", self.regime in REGIMES, f"{self.regime!r} names several regimes; run one at a time "
-                 "(otca-patch ablate --regime both does)")
+                 "(otca-patch ablate --regime both or all does)")
         return REGIMES[self.regime]
 
     @property

@@ -31,6 +31,9 @@ VOCAB = COLOUR_NAMES + SHAPES + SIZE_NAMES
 #: A prompt is four word ids: (object colour, shape, background colour, size).
 PROMPT_LENGTH = 4
 CORRUPTIONS = ("colour_jitter", "blur", "misplacement")
+#: Corruptions only some regimes use; drawn after every one of ``CORRUPTIONS`` and only when named, so
+#: the mixtures (and cached base models) of the regimes without them are unchanged.
+EXTRA_CORRUPTIONS = ("fading",)
 
 
 def colour_table() -> torch.Tensor:
@@ -107,7 +110,9 @@ def corrupted_render(prompt_ids: torch.Tensor, image_size: int, corrupt_prob: fl
     - colour jitter: both colours moved by up to +-0.3 per channel (off the prompt's palette);
     - blur: one 3x3 box blur (soft edges, mixed colours);
     - misplacement: the half-extent drawn anywhere between 0.7x the small and 1.2x the large size
-      (whatever the size word) and the centre moved by up to 1/6 of the side.
+      (whatever the size word) and the centre moved by up to 1/6 of the side;
+    - fading (``EXTRA_CORRUPTIONS``, only where named): both colours moved towards mid-grey by a
+      fraction drawn in [0.15, 0.5] (washed-out images, below the clean render's ``vividness``).
     ``[n, 4] -> [n, 3, H, W]`` in [-1, 1].
     """
     n, size = prompt_ids.shape[0], float(image_size)
@@ -120,5 +125,8 @@ def corrupted_render(prompt_ids: torch.Tensor, image_size: int, corrupt_prob: fl
     radius = torch.where(misplace, low + torch.rand(n, generator=generator) * (high - low),
                          prompt_radius(prompt_ids, image_size))
     offset = (torch.rand(n, 2, generator=generator) * 2 - 1) * size / 6 * misplace.view(-1, 1)
+    if "fading" in corruptions:  # drawn last: the other regimes' draws stay as they were
+        fade = draw() * (0.15 + 0.35 * torch.rand(n, generator=generator))
+        fg, bg = (c + (0.5 - c) * fade.view(-1, 1) for c in (fg, bg))
     images = paint(shape_mask(prompt_ids, image_size, size / 2 + offset, radius), fg, bg)
     return torch.where(blur.view(-1, 1, 1, 1), box_blur(images), images)

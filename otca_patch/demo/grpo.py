@@ -4,6 +4,7 @@ PPO-clipped ratio per (sample, step) over a random subset of steps, advantage cl
 gradient accumulation."""
 from __future__ import annotations
 
+import collections
 import copy
 from dataclasses import dataclass, field
 from typing import Callable, Optional
@@ -19,7 +20,7 @@ from .gradients import MarbleCombiner, conflict_diagnostic, nanmean
 from .model import TinyFlux, unpack
 from .pixel_rewards import objective_rewards
 from .sampling import Rollout, gaussian_log_prob, sample_trajectories, sde_transition, sigma_schedule
-from .variants import Variant, variant_credit
+from .variants import REWARD_WINDOW_BATCHES, Variant, engine_rewards, variant_credit
 
 
 def ppo_clipped_loss(new_log_probs: torch.Tensor, old_log_probs: torch.Tensor, advantages: torch.Tensor,
@@ -69,13 +70,16 @@ def collect_batch(model: TinyFlux, config: DemoConfig, seed: int, iteration: int
     return Batch(prompt_ids=prompt_ids, group_ids=group_ids, rollout=rollout, rewards=rewards, eta=config.eta)
 
 
-def assign_credit(batch: Batch, variant: Variant):
+def assign_credit(batch: Batch, variant: Variant, raw_scales=None, reward_window=None):
     """``(credit, advantages [B, T])`` of ``variant`` from the credit engine (the code a real run uses).
-    CoCA gets the predicted clean samples, TempFlow-GRPO the std ``eta sqrt(sigma_t - sigma_t+1)`` of each step."""
+    CoCA gets the predicted clean samples, TempFlow-GRPO the std ``eta sqrt(sigma_t - sigma_t+1)`` of each step;
+    ``sum_raw`` the rewards times ``raw_scales [K]``; ``reward_scale="window"`` variants ``reward_window [N, K]``
+    (the rewards the engine saw in earlier iterations)."""
     sigmas = batch.rollout.sigmas
     step_noise = batch.eta * (sigmas[:-1] - sigmas[1:]).clamp(min=0).sqrt()
-    return variant_credit(variant, batch.rewards, batch.rollout.latents, batch.group_ids,
-                          clean=batch.rollout.clean, step_noise=step_noise)
+    rewards = engine_rewards(variant, batch.rewards, raw_scales if raw_scales is not None else [1.0] * batch.rewards.shape[1])
+    return variant_credit(variant, rewards, batch.rollout.latents, batch.group_ids,
+                          clean=batch.rollout.clean, step_noise=step_noise, reward_window=reward_window)
 
 
 def trained_step_order(batch_size: int, n_steps: int, n_trained: int, generator: torch.Generator) -> torch.Tensor:
@@ -204,9 +208,12 @@ def train_mode(base_model: TinyFlux, config: DemoConfig, variant: Variant, seed:
                                   weight_decay=config.weight_decay)
     history = ModeHistory(mode=variant.name, eval_iterations=[0], eval_rewards=[list(base_eval_means)], drift=[0.0])
     combiner = MarbleCombiner() if variant.gradient_combination == "marble" else None
+    raw_scales = config.task_regime.raw_scales
+    window = collections.deque(maxlen=REWARD_WINDOW_BATCHES)  # the rewards the engine saw, earlier iterations
     for iteration in range(config.grpo_steps):
         batch = collect_batch(model, config, seed, iteration)
-        credit, advantages = assign_credit(batch, variant)
+        credit, advantages = assign_credit(batch, variant, raw_scales, torch.cat(list(window)) if window else None)
+        window.append(engine_rewards(variant, batch.rewards, raw_scales))
         diagnose = config.conflict_diagnostic or combiner is not None
         stats = policy_update(model, optimizer, batch, advantages, config, seed, iteration,
                               objective_advantages=credit.objective_advantages if diagnose else None, combiner=combiner)

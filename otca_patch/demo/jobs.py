@@ -17,7 +17,7 @@ import torch
 
 from .config import DemoConfig
 from .evaluation import evaluate, make_eval_set
-from .progress import progress_bar
+from .progress import TickBar
 
 
 @dataclass(frozen=True)
@@ -69,7 +69,7 @@ def run_jobs(jobs: list, workers: int, config: DemoConfig, desc: str = "GRPO",
     if workers <= 1 or len(jobs) <= 1:
         results = []
         for index, job in enumerate(jobs):
-            bar = progress_bar(range(config.grpo_steps), config, desc=f"{desc} {job.label}")
+            bar = TickBar(config.grpo_steps, config, desc=f"{desc} {job.label}")
             results.append(run_job(job, on_iteration=lambda: bar.update(1)))
             on_result(index, results[-1])
             bar.close()
@@ -79,8 +79,8 @@ def run_jobs(jobs: list, workers: int, config: DemoConfig, desc: str = "GRPO",
         ticks = manager.Queue()
         futures = [pool.submit(_worker, job, ticks) for job in jobs]
         reported = set()
-        bar = progress_bar(range(len(jobs) * config.grpo_steps), config,
-                           desc=f"{desc} ({len(jobs)} runs, {min(workers, len(jobs))} processes)")
+        bar = TickBar(len(jobs) * config.grpo_steps, config,
+                      desc=f"{desc} ({len(jobs)} runs, {min(workers, len(jobs))} processes)")
         while len(reported) < len(futures):
             for index, future in enumerate(futures):
                 if index not in reported and future.done():

@@ -73,8 +73,22 @@ def fidelity(rgb: torch.Tensor, prompt_ids: torch.Tensor) -> torch.Tensor:
     return 1 - torch.linalg.vector_norm(rgb - clean, dim=1).flatten(1).mean(dim=1) / math.sqrt(3)
 
 
+def colour_strength(rgb: torch.Tensor) -> torch.Tensor:
+    """Mean distance of the pixels from mid-grey, ``[B, 3, H, W] -> [B]``: saturation and contrast together."""
+    return torch.linalg.vector_norm(rgb - 0.5, dim=1).flatten(1).mean(dim=1)
+
+
+def vividness(rgb: torch.Tensor, prompt_ids: torch.Tensor) -> torch.Tensor:
+    """``colour_strength(image) / colour_strength(clean render)``: 1 on the clean render and *above*
+    1 for an image whose colours are pushed towards the corners of the RGB cube (up to about 1.4),
+    which moves them off the prompt's palette: the shortcut of the ``hacking`` regime."""
+    reference = colour_strength(to_unit_rgb(clean_render(prompt_ids, rgb.shape[-1])))
+    return colour_strength(rgb) / reference.clamp(min=1e-6)
+
+
 #: Every objective by name (a regime picks K of them).
-OBJECTIVE_FUNCTIONS = {"palette": palette, "shape": shape, "edges": edges, "fidelity": fidelity}
+OBJECTIVE_FUNCTIONS = {"palette": palette, "shape": shape, "edges": edges, "fidelity": fidelity,
+                       "vividness": vividness}
 
 
 def objective_rewards(images: torch.Tensor, prompt_ids: torch.Tensor, objectives=OBJECTIVES) -> torch.Tensor:

@@ -9,6 +9,23 @@ have a known joint optimum: the prompt's clean render scores exactly 1 on every 
   clean render); the base model is pre-trained on colour jitter and misplacement only (no blur).
   Every corruption lowers all three objectives together, so a sample that is better on one is
   mostly better on the others, as the paper's rewards (HPS, CLIP score, aesthetic) mostly agree.
+- ``hacking``: objectives ``palette``, ``shape``, ``vividness`` (colour strength relative to the clean
+  render's, ``pixel_rewards.vividness``); the base model is pre-trained on colour jitter,
+  misplacement and fading (washed-out colours). Up to the clean render the three rise together;
+  past it ``vividness`` keeps rising (to about 1.4) for colours pushed towards the corners of the RGB
+  cube, which leaves the prompt's palette and blurs the object/background contrast that ``shape``
+  reads: a shortcut that raises one reward at the others' cost, as HPS and Aesthetic favour
+  over-saturated images.
+
+**Raw scales** (``Regime.raw_scales``, used only by the ``sum_raw`` arm, DanceGRPO's one summed
+scalar of *raw* rewards): the pixel objectives all lie near [0, 1], while the paper's reward models do
+not (Aesthetic scores of about 5-6 against CLIP-T about 0.3: about 20x). Each regime gives one
+objective, the one that plays the Aesthetic/HPS part, a raw scale 20x the others': ``edges`` in
+``conflicting`` (sharpness), ``fidelity`` in ``agreeing`` (a whole-image quality score), ``vividness``
+in ``hacking`` (the saturation-loving one). ``sum_raw`` sums ``raw_scales[k] * r[:, k]`` and
+normalises that one scalar per group; every per-objective arm (``multi_grpo``, MOCA, OTCA, ...)
+normalises each objective by its own group std, so it is unaffected by these scales and is fed the
+unit-scale rewards as before.
 
 Each regime's base model is cached under its own key (its corruptions are part of the key).
 """
@@ -23,22 +40,30 @@ from .data import CORRUPTIONS
 class Regime:
     name: str
     objectives: tuple  # names of pixel_rewards.OBJECTIVE_FUNCTIONS, in reward-column order
-    corruptions: tuple  # the pre-training mixture's corruptions (a subset of data.CORRUPTIONS)
+    corruptions: tuple  # the pre-training mixture's corruptions (of data.CORRUPTIONS + data.EXTRA_CORRUPTIONS)
+    raw_scales: tuple  # per objective: the raw reward scale the sum_raw arm sums with (one 20x the others)
 
 
+#: The raw scale of the objective that plays the Aesthetic part, against 1 for the others (the paper's ~20x).
+DOMINANT_RAW_SCALE = 20.0
 REGIMES = {
-    "conflicting": Regime("conflicting", ("palette", "shape", "edges"), CORRUPTIONS),
-    "agreeing": Regime("agreeing", ("palette", "shape", "fidelity"), ("colour_jitter", "misplacement")),
+    "conflicting": Regime("conflicting", ("palette", "shape", "edges"), CORRUPTIONS, (1.0, 1.0, DOMINANT_RAW_SCALE)),
+    "agreeing": Regime("agreeing", ("palette", "shape", "fidelity"), ("colour_jitter", "misplacement"),
+                       (1.0, 1.0, DOMINANT_RAW_SCALE)),
+    "hacking": Regime("hacking", ("palette", "shape", "vividness"), ("colour_jitter", "misplacement", "fading"),
+                      (1.0, 1.0, DOMINANT_RAW_SCALE)),
 }
 DEFAULT_REGIME = "conflicting"
-#: ``--regime`` values: one regime, or ``both`` (``otca-patch ablate`` only).
-REGIME_CHOICES = tuple(REGIMES) + ("both",)
+#: ``--regime`` values: one regime, ``both`` (conflicting and agreeing, as before the hacking regime) or
+#: ``all`` (every regime); the last two for ``otca-patch ablate`` only.
+REGIME_GROUPS = {"both": ["conflicting", "agreeing"], "all": list(REGIMES)}
+REGIME_CHOICES = tuple(REGIMES) + tuple(REGIME_GROUPS)
 
 
 def regime_names(choice: str) -> list[str]:
-    """``"both"`` -> every regime; a regime's name -> that one."""
-    if choice == "both":
-        return list(REGIMES)
+    """``"both"`` -> conflicting and agreeing; ``"all"`` -> every regime; a regime's name -> that one."""
+    if choice in REGIME_GROUPS:
+        return list(REGIME_GROUPS[choice])
     if choice not in REGIMES:
         raise ValueError(f"--regime: unknown regime {choice!r} (valid: {', '.join(REGIME_CHOICES)})")
     return [choice]

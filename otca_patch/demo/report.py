@@ -11,6 +11,8 @@ from .files import atomic_write_json, atomic_write_text
 from .pixel_rewards import __doc__ as OBJECTIVES_DOC
 from .plots import plot_gradient_conflict, plot_mixture, plot_reward_curves, plot_step_weights
 from .regimes import __doc__ as REGIMES_DOC
+from ..analysis.intervals import plain_line
+from .variants import short_name
 
 REPORT_FILES = ("report.md", "metrics.json", "reward_curves.png", "step_weights.png", "mixture.png",
                 "gradient_conflict.png")
@@ -70,6 +72,7 @@ def render_markdown(result: dict, command: str) -> str:
     lines = [
         f"# OTCA demo: credit variants on a task with a known joint optimum (regime `{result.get('regime', 'conflicting')}`)",
         "",
+        *verdict_lines(result),
         f"Command: `{command}`. Everything below was measured by this run; nothing is copied from the paper.",
         "",
         "## Setup",
@@ -127,6 +130,19 @@ def render_markdown(result: dict, command: str) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def verdict_lines(result: dict) -> list:
+    """The report's opening: one plain line per comparison with the reference (``stats.plain_line``),
+    then the seeds they rest on; empty for a single variant."""
+    reference, objectives = result["reference_mode"], result["objectives"]
+    lines = [f"**{plain_line(diff, objectives, short_name(mode), short_name(reference))}**"
+             for mode, diff in result["comparisons"].items()]
+    if not lines:
+        return []
+    return [line + "  " for line in lines] + [
+        "", f"(Paired by seed over {len(result['seeds'])} seeds; an objective is named with its mean difference only "
+        "when its 95% interval excludes 0 and reaches beyond its practical threshold; details below.)", ""]
 
 
 _DRIFT_READINGS = {  # (closed more of the gap, moved more) -> what it means

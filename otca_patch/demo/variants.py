@@ -9,6 +9,15 @@ A control answers one question about a claim:
 - ``moca_beta0``, ``moca_centred``, ``moca_group``: MOCA without the exploration bias, with the
   bias centred on the group's mean path, and with one MGDA mixture per group.
 
+The paper's own baseline and the options that test OTCA's two gap-fills (docs/credit.md 2.1, 3.8):
+- ``sum_raw``: DanceGRPO's single scalar, the *raw* rewards summed (each objective times its
+  regime's raw scale, ``regimes.Regime.raw_scales``: one objective 20x the others, as Aesthetic
+  against CLIP-T in the paper), normalised per group; ``sum_window``: the same raw rewards, each first
+  rescaled to unit std over a running window (``reward_scale="window"``, App. A.5's rescaling);
+- ``otca_window``: OTCA with ``reward_scale="window"`` (the window's std instead of each group's);
+- ``otca_maxadv``: OTCA with ``explore_scale="max_advantage"`` (the exploration bias scaled by the
+  sample's largest objective advantage, not an absolute 0.5).
+
 The peers' answers (docs/credit.md section 8; comparison methods, not OTCA):
 - ``coca``: CoCA's step credit (the credit engine's mode ``coca``, fed the predicted clean samples);
 - ``tempflow``: TempFlow-GRPO's noise-aware step weights (mode ``tempflow``, fed the SDE's step std);
@@ -34,6 +43,7 @@ class Variant:
     rescale_to: str = ""  # a mode whose combined-advantage RMS this variant's advantages are scaled to
     description: str = ""
     gradient_combination: str = ""  # "marble": the update combines per-objective gradients (not advantages)
+    raw_rewards: bool = False  # the engine gets the rewards times the regime's raw scales (sum_raw)
 
     @property
     def step_weighted(self) -> bool:
@@ -66,6 +76,16 @@ PEERS = (
     Variant("marble", "multi_grpo", gradient_combination="marble",
             description="MARBLE (min-norm of per-objective gradients; comparison)"),
 )
+#: The paper's baseline (raw rewards) and the gap-fill options (docs/credit.md 2.1, 3.8).
+BASELINE_AND_OPTIONS = (
+    Variant("sum_raw", "sum", raw_rewards=True, description="DanceGRPO (raw rewards summed; the paper's baseline)"),
+    Variant("sum_window", "sum", {"reward_scale": "window"}, raw_rewards=True,
+            description="DanceGRPO, raw rewards rescaled over a window (reward_scale=window)"),
+    Variant("otca_window", "otca", {"reward_scale": "window"}, description="OTCA, reward_scale=window"),
+    Variant("otca_maxadv", "otca", {"explore_scale": "max_advantage"}, description="OTCA, explore_scale=max_advantage"),
+)
+#: Raw rewards of this many earlier iterations form the running window of ``reward_scale="window"``.
+REWARD_WINDOW_BATCHES = 8
 CONTROLS = (
     Variant("tcd_batch", "tcd", {"weight_scope": "batch"}, description="TCD, batch schedule only (weight_scope=batch)"),
     Variant("multi_grpo_moca_rms", "multi_grpo", rescale_to="moca",
@@ -74,13 +94,26 @@ CONTROLS = (
     Variant("moca_centred", "moca", {"explore_center": True}, description="MOCA, explore_center"),
     Variant("moca_group", "moca", {"fusion": "group"}, description="MOCA, fusion=group (MGDA per group)"),
 )
-VARIANTS = ({m: Variant(m, m, description=_MODE_DESCRIPTIONS[m]) for m in MODES} | {v.name: v for v in CONTROLS}
-            | {v.name: v for v in PEERS})
+VARIANTS = ({m: Variant(m, m, description=_MODE_DESCRIPTIONS[m]) for m in MODES}
+            | {v.name: v for v in BASELINE_AND_OPTIONS} | {v.name: v for v in CONTROLS} | {v.name: v for v in PEERS})
 assert {v.mode for v in PEERS} <= set(MODES) | set(PEER_MODES)
 #: The ablation's rows: the paper's Table 4 order, then the controls, then the peers.
-ABLATION_ORDER = (("sum", "multi_grpo", "gdpo", "tcd", "moca", "otca") + tuple(v.name for v in CONTROLS)
+ABLATION_ORDER = (("sum_raw", "sum", "multi_grpo", "gdpo", "tcd", "moca", "otca")
+                  + tuple(v.name for v in BASELINE_AND_OPTIONS[1:]) + tuple(v.name for v in CONTROLS)
                   + tuple(v.name for v in PEERS))
 assert set(ABLATION_ORDER) == set(VARIANTS)
+
+
+#: Short names for the reports' plain lines (``short_name``).
+SHORT_NAMES = {"sum_raw": "DanceGRPO (raw sum)", "sum": "Sum", "multi_grpo": "Multi-GRPO", "gdpo": "GDPO",
+               "moca": "MOCA", "otca": "OTCA", "tcd": "TCD", "tcd_batch": "TCD schedule",
+               "multi_grpo_moca_rms": "Multi-GRPO at MOCA's RMS", "otca_maxadv": "OTCA (explore_scale=max_advantage)",
+               "otca_window": "OTCA (reward_scale=window)", "sum_window": "DanceGRPO (raw sum, reward_scale=window)",
+               "coca": "CoCA", "tempflow": "TempFlow-GRPO", "marble": "MARBLE"}
+
+
+def short_name(name: str) -> str:
+    return SHORT_NAMES.get(name, f"`{name}`")
 
 
 def check_available(names) -> None:
@@ -89,14 +122,23 @@ def check_available(names) -> None:
         VARIANTS[name].credit_config()
 
 
+def engine_rewards(variant: Variant, rewards: torch.Tensor, raw_scales) -> torch.Tensor:
+    """The rewards ``[B, K]`` the engine sees: times the regime's ``raw_scales [K]`` for ``raw_rewards`` variants."""
+    return rewards * torch.as_tensor(raw_scales, dtype=rewards.dtype) if variant.raw_rewards else rewards
+
+
 def variant_credit(variant: Variant, rewards: torch.Tensor, latents: torch.Tensor, group_ids: torch.Tensor,
-                   clean: torch.Tensor = None, step_noise: torch.Tensor = None):
-    """``(credit, advantages [B, T])`` of ``variant`` from the credit engine; for a rescaled variant the
-    advantages are multiplied by ``rms(combined of rescale_to) / rms(own combined)`` on this batch.
-    ``clean [B, T+1, ...]`` (predicted clean samples) and ``step_noise [T]`` go to the modes that use them."""
+                   clean: torch.Tensor = None, step_noise: torch.Tensor = None, reward_window: torch.Tensor = None):
+    """``(credit, advantages [B, T])`` of ``variant`` from the credit engine, given the rewards it sees
+    (``engine_rewards``); for a rescaled variant the advantages are multiplied by
+    ``rms(combined of rescale_to) / rms(own combined)`` on this batch. ``clean [B, T+1, ...]`` (predicted
+    clean samples), ``step_noise [T]`` and ``reward_window [N, K]`` (earlier batches' rewards, for
+    ``reward_scale="window"``) go to the variants that use them."""
     from otca_patch.credit import compute_credit
 
     extra = {"coca": {"clean": clean}, "tempflow": {"step_noise": step_noise}}.get(variant.mode, {})
+    if variant.options.get("reward_scale") == "window":
+        extra["reward_window"] = reward_window
     credit = compute_credit(rewards, latents, group_ids, variant.credit_config(), **extra)
     if not variant.rescale_to:
         return credit, credit.advantages
