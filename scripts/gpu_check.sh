@@ -125,7 +125,13 @@ targets = smoke_targets()
 for name in sys.argv[1:] or targets:
     if name not in targets:
         raise SystemExit(name + ": not a smoke target (they are: " + ", ".join(targets) + ")")
-    print(name, targets[name][0].upstream)' "$@" > "$work/targets.txt" 2> "$work/targets.err"; then
+    smoke = targets[name][1]
+    try:  # the fewest processes the upstream main runs on (FlowGRPO FLUX loops read the DDP transformer.module)
+        import importlib
+        least = getattr(getattr(importlib.import_module(smoke.module), "TRAINER", None), "min_processes", 1)
+    except Exception:  # its run reports the import error itself
+        least = 1
+    print(name, targets[name][0].upstream, least)' "$@" > "$work/targets.txt" 2> "$work/targets.err"; then
   say "$(tail -1 "$work/targets.err")"; return 1
 fi
 worlds=(1)
@@ -167,8 +173,17 @@ one_run() {  # TARGET UPSTREAM_NAME WORLD -> one PASS/FAIL line in $work/TARGET-
 }
 mkdir -p "$work/runs"
 runs=()
-while read -r target name; do
-  for world in "${worlds[@]}"; do runs+=("$target $name $world"); done
+not_run=()
+while read -r target name least; do
+  ran=0
+  for world in "${worlds[@]}"; do
+    [ "$world" -ge "$least" ] && runs+=("$target $name $world") && ran=1
+  done
+  if [ "$ran" = 0 ]; then
+    if [ "$rehearse" = 1 ]; then runs+=("$target $name $least")  # CPU processes stand in for the GPUs
+    else not_run+=("NOT RUN $(printf '%-26s' "$target") needs $least processes, one GPU each (this machine has $gpus): upstream's main runs on no fewer")
+    fi
+  fi
 done < "$work/targets.txt"
 say "${#runs[@]} runs, $jobs at a time, each at most ${run_limit} s; logs in $work/runs"
 failed=0
@@ -188,6 +203,7 @@ for entry in "${runs[@]}"; do
 done
 wait
 report_done
+[ "${#not_run[@]}" -gt 0 ] && printf '%s\n' "${not_run[@]}"
 
 # ---- the benchmarks: the credit's share of a FLUX-scale step, and the layer's memory
 bench() {  # LABEL LIMIT SCRIPT ARGS...

@@ -16,12 +16,13 @@ payload="$here/.gpu-payload"
 say() { echo "gpu_payload: $*" >&2; }
 shared="${OTCA_SHARED:-$here/../shared}/upstream"
 force=0; [ "${1:-}" = --force ] && force=1
-# the snapshots: one per upstream, at the commit its specs are verified on
+# the snapshots: one per upstream (a folder of patches/), at the commit most of its specs are verified on
+# (FlowGRPO's SD3 spec, verified on ac4c86e, holds on 9745241 too: tests/upstream check both)
 snapshots=()
-for name in DanceGRPO flow_grpo MixGRPO; do
-  spec="$(grep -l "^upstream = \"$name\"" "$here"/otca_patch/patches/*/*.toml | head -1)"
-  commit="$(sed -n 's/^verified_commit = "\(.......\).*/\1/p' "$spec")"
-  snapshots+=("$name-$commit.tar.gz")
+for folder in dancegrpo:DanceGRPO flowgrpo:flow_grpo mixgrpo:MixGRPO; do
+  commit="$(sed -n 's/^verified_commit = "\(.......\).*/\1/p' "$here/otca_patch/patches/${folder%%:*}"/[!_]*.toml \
+            | sort | uniq -c | sort -rn | awk 'NR == 1 {print $2}')"
+  snapshots+=("${folder#*:}-$commit.tar.gz")
 done
 stamp="$( (grep -v '^#' "$here/envs/gpu-payload.txt"; printf '%s\n' "${snapshots[@]}") | sha256sum | cut -c1-16)"
 if [ "$force" = 0 ] && [ -f "$payload/MANIFEST" ] && grep -q "^key $stamp$" "$payload/MANIFEST"; then
