@@ -18,6 +18,7 @@ and names the Python scripts that did run.
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -35,13 +36,15 @@ from ..hooks.rewrite import compile_target
 from ..hooks.select import choose_spec
 from ..hooks.source import read_source
 from ..hooks.spec import TargetSpec, load_specs
+from . import watch
 from .worker import COMMAND_VARIABLE, RECORD_VARIABLE
 
 PROG = "otca-patch launch"
 STARTUP_DIR = Path(__file__).resolve().parent / "startup"
-#: the targeted upstream files, for the startup hook's standard-library check (see startup/sitecustomize.py)
+#: the targeted upstream files (a JSON list: any character a path may hold survives), for the startup
+#: hook's standard-library check (see startup/sitecustomize.py)
 ENV_TARGETS = "OTCA_PATCH_TARGETS"
-#: per spec, the functions it hooks and its trainer file here: how the startup hook recognises a copy
+#: per spec, its trainer file here: how the startup hook recognises a copy and names the nearest spec
 ENV_SHAPES = "OTCA_PATCH_SHAPES"
 
 
@@ -69,14 +72,15 @@ def check_explicit(specs: list[TargetSpec]) -> list[str]:
 
 
 def shapes(specs: list[TargetSpec], workdir: Path) -> str:
-    """``$OTCA_PATCH_SHAPES``: ``NAME<TAB>FILE<TAB>HOOKED FUNCTIONS<TAB>TRAINER PATH`` per spec."""
-    lines = []
-    for spec in specs:
-        hooked = sorted({hook.function for hook in spec.hooks + spec.pins} - {"<module>"})
-        trainer = workdir / spec.file
-        lines.append("\t".join([spec.name, spec.file, ",".join(hooked),
-                                str(trainer.resolve()) if trainer.is_file() else ""]))
-    return "\n".join(lines)
+    """``$OTCA_PATCH_SHAPES``: JSON ``[[NAME, FILE, TRAINER PATH HERE or ""], ...]``, one per spec."""
+    return json.dumps([[spec.name, spec.file, str((workdir / spec.file).resolve()) if (workdir / spec.file).is_file() else ""]
+                       for spec in specs])
+
+
+def targets(specs: list[TargetSpec], explicit: list[TargetSpec]) -> str:
+    """``$OTCA_PATCH_TARGETS``: JSON list of the targeted files ("/"-separated, relative to the checkout;
+    ``--otca_target`` files absolute)."""
+    return json.dumps(sorted({spec.file for spec in specs}) + [spec.file for spec in explicit])
 
 
 def layer_config(config: OtcaConfig, workdir: Path) -> OtcaConfig:
@@ -107,8 +111,8 @@ def read_record(path: Path) -> tuple[list[str], list[str]]:
         lines = []
     for line in lines:
         kind, _, rest = line.partition("\t")
-        script = rest.split("\t")[0]
-        (targeted if kind == "targeted" else ran)[script] = None
+        if kind in ("targeted", "ran"):
+            (targeted if kind == "targeted" else ran)[rest.split("\t")[0]] = None
     return list(targeted), [s for s in ran if s not in targeted]
 
 
@@ -130,15 +134,30 @@ def record_file(workdir: Path) -> Path:
     return Path(path)
 
 
-def run_and_wait(command: list[str], env: dict) -> int:
+def run_and_wait(command: list[str], env: dict, tree: watch.TreeWatch | None = None) -> int:
     """Run the launch as a child and wait: SIGTERM / SIGHUP are passed on; Ctrl-C reaches the child
-    through the terminal's process group, so the wrapper only keeps waiting."""
+    through the terminal's process group, so the wrapper only keeps waiting. With ``tree``, a Python
+    process of the launch that never checks in with the layer stops the launch (status 2)."""
+    if tree is not None:
+        watch.become_subreaper()
     child = subprocess.Popen(command, env=env)
     forward = lambda signum, _frame: child.send_signal(signum)
     previous = {signum: signal.signal(signum, forward) for signum in (signal.SIGTERM, signal.SIGHUP)}
     previous[signal.SIGINT] = signal.signal(signal.SIGINT, lambda *_: None)
     try:
-        code = child.wait()
+        while True:
+            try:
+                code = child.wait(timeout=None if tree is None else watch.POLL_S)
+                break
+            except subprocess.TimeoutExpired:
+                pass
+            tree.reap_adopted(child.pid)
+            late = tree.late()
+            if late:
+                error(tree.describe(late))
+                tree.stop(late, child.pid)  # sets tree.stopped
+                child.wait()
+                return 2
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
@@ -223,17 +242,20 @@ def main(argv=None) -> int:
         return error(str(exc))
     record = record_file(workdir)
     env.update({ENV_ARGS: shlex.join(layer_config(config, workdir).to_argv()),
-                ENV_TARGETS: os.pathsep.join(sorted({spec.file for spec in specs}) + [spec.file for spec in explicit]),
+                ENV_TARGETS: targets(specs, explicit),
                 ENV_SHAPES: shapes(specs, workdir), RECORD_VARIABLE: str(record), COMMAND_VARIABLE: PROG,
                 "PYTHONPATH": os.pathsep.join([str(STARTUP_DIR), *filter(None, [env.get("PYTHONPATH")])])})
     print(f"{PROG}: layer installed ({shlex.join(config.to_argv())}); hook points hold in: "
           f"{', '.join(checked) or 'no targeted file found under the current directory yet'}", file=sys.stderr)
     sys.stdout.flush()
+    tree = watch.TreeWatch(record, STARTUP_DIR, RECORD_VARIABLE) if watch.available() else None
     try:
-        code = run_and_wait(command, env)
+        code = run_and_wait(command, env, tree)
         targeted, ran = read_record(record)
     finally:
         record.unlink(missing_ok=True)
+    if tree is not None and tree.stopped:  # said why already
+        return code
     if not targeted:
         error(no_target_message(ran))
         return code or 2
