@@ -28,8 +28,9 @@ def closest_spec(path: Path, checkout: Path, specs: Sequence[TargetSpec]) -> tup
     ``path``, and that part, when ``path`` is a copy of it (``resemblance``: the launch's start-up
     hook applies the same rule)."""
     present = [spec for spec in specs if (checkout / spec.file).is_file()]
-    found = resemblance.nearest(path.read_text(errors="replace"),
-                                [(index, resemblance.read_text(checkout / spec.file)) for index, spec in enumerate(present)])
+    found = resemblance.nearest(resemblance.line_keys(path.read_text(errors="replace")),
+                                [(index, resemblance.line_keys((checkout / spec.file).read_text(errors="replace")))
+                                 for index, spec in enumerate(present)])
     return (present[found[0]], found[1]) if resemblance.is_copy(found) else None
 
 

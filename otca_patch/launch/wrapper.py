@@ -77,6 +77,30 @@ def shapes(specs: list[TargetSpec], workdir: Path) -> str:
                        for spec in specs])
 
 
+def write_trainer_keys(specs: list[TargetSpec], workdir: Path, record: Path) -> Path:
+    """``RECORD.lines``: per spec (``shapes``' order), its trainer's line keys here, space-separated
+    (empty when absent), so a process that is not a target reads this one file for the copy check."""
+    from ..hooks import resemblance
+
+    lines = [" ".join(sorted(resemblance.line_keys((workdir / spec.file).read_text(errors="replace"))))
+             if (workdir / spec.file).is_file() else "" for spec in specs]
+    path = Path(f"{record}.lines")
+    path.write_text("\n".join(lines))
+    return path
+
+
+def compile_startup_hook() -> None:
+    """Bytecode for the start-up hook and the copy rule it loads, so that each process of the launch
+    (also under PYTHONDONTWRITEBYTECODE) does not compile them again."""
+    import py_compile
+
+    for source in (STARTUP_DIR / "sitecustomize.py", STARTUP_DIR.parent.parent / "hooks" / "resemblance.py"):
+        try:
+            py_compile.compile(str(source), doraise=True)
+        except (OSError, py_compile.PyCompileError):
+            pass  # a read-only installation: pip compiled them, or each process compiles them
+
+
 def targets(specs: list[TargetSpec], explicit: list[TargetSpec]) -> str:
     """``$OTCA_PATCH_TARGETS``: JSON list of the targeted files ("/"-separated, relative to the checkout;
     ``--otca_target`` files absolute)."""
@@ -241,6 +265,8 @@ def main(argv=None) -> int:
     except (PatchError, ValueError, SyntaxError) as exc:
         return error(str(exc))
     record = record_file(workdir)
+    keys = write_trainer_keys(specs, workdir, record)
+    compile_startup_hook()
     env.update({ENV_ARGS: shlex.join(layer_config(config, workdir).to_argv()),
                 ENV_TARGETS: targets(specs, explicit),
                 ENV_SHAPES: shapes(specs, workdir), RECORD_VARIABLE: str(record), COMMAND_VARIABLE: PROG,
@@ -254,6 +280,7 @@ def main(argv=None) -> int:
         targeted, ran = read_record(record)
     finally:
         record.unlink(missing_ok=True)
+        keys.unlink(missing_ok=True)
     if tree is not None and tree.stopped:  # said why already
         return code
     if not targeted:

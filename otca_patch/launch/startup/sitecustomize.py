@@ -187,7 +187,8 @@ def _resemblance():
 
 def _nearest_spec(file):
     """``(resemblance module, (spec name, upstream file, trainer path), share)`` of the trainer nearest
-    to ``file``, or None. ``$OTCA_PATCH_SHAPES``: JSON ``[[NAME, FILE, TRAINER PATH HERE or ""], ...]``."""
+    to ``file``, or None. ``$OTCA_PATCH_SHAPES``: JSON ``[[NAME, FILE, TRAINER PATH HERE or ""], ...]``;
+    ``$OTCA_PATCH_RECORD.lines``: per shape, one line of its trainer's line keys (the wrapper's)."""
     import json
 
     try:
@@ -198,9 +199,20 @@ def _nearest_spec(file):
     text = resemblance.read_text(file)
     if text is None:
         return None
-    found = resemblance.nearest(text, [(tuple(shape), resemblance.read_text(shape[2]))
-                                       for shape in shapes if len(shape) == 3 and shape[2]])
+    keys = resemblance.read_text(f"{os.environ.get(RECORD_VARIABLE)}.lines")
+    keys = keys.split("\n") if keys is not None else [None] * len(shapes)
+    trainers = []
+    for shape, line in zip(shapes, keys):
+        if len(shape) == 3 and shape[2]:
+            theirs = set(line.split()) if line is not None else _trainer_keys(resemblance, shape[2])
+            trainers.append((tuple(shape), theirs))
+    found = resemblance.nearest(resemblance.line_keys(text), trainers)
     return None if found is None else (resemblance, *found)
+
+
+def _trainer_keys(resemblance, path):
+    text = resemblance.read_text(path)
+    return resemblance.line_keys(text) if text is not None else None
 
 
 def _shown_path(path):
