@@ -131,7 +131,10 @@ def _what_runs():
 
 
 def _installed(file):
-    """Whether ``file`` belongs to an installed package (the launchers' own modules): never a trainer copy."""
+    """Whether ``file`` belongs to the standard library or an installed package (torch, the launchers):
+    never a trainer copy, never the code a message should name."""
+    if f"{os.sep}site-packages{os.sep}" in file or f"{os.sep}dist-packages{os.sep}" in file:
+        return True
     prefixes = {os.path.join(prefix, "lib") + os.sep for prefix in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
     return file.startswith(tuple(prefixes))
 
@@ -223,6 +226,11 @@ def _shown_path(path):
 def _stop_copy(shown, file, nearest):
     _, (name, upstream_file, _), share = nearest
     path = _shown_path(file)
+    kind = _not_grpo(shown)
+    if kind is not None:
+        _fail(f"{shown} is not a file the layer targets: it is a {kind} trainer (it shares {share:.0%} of the lines of "
+              f"{upstream_file}, spec {name}), which has no group-relative advantage for OTCA to reassign, so it would "
+              f"train without the layer; launch it without --otca")
     _fail(f"{shown} is not a file the layer targets but a copy of {upstream_file} (spec {name}: {share:.0%} of its "
           f"lines), so it would train unpatched; run it patched with --otca_target {name}={path} among the "
           f"otca-patch flags, or launch without --otca")
@@ -230,34 +238,53 @@ def _stop_copy(shown, file, nearest):
 
 def _not_grpo(shown):
     """``"DPO"`` (``"SFT"``, ``"NFT"``) when the script's or module's name says it is such a trainer."""
-    name = os.path.basename(shown.split()[-1]).lower()
+    name = os.path.basename(shown.split()[-1] if shown.split() else shown).lower()
     for part in name.replace(".", "_").replace("-", "_").split("_"):
         if part in NOT_GRPO:
             return NOT_GRPO[part]
     return None
 
 
-def unpatched_step_message(shown, file):
-    """Why this process may not take an optimizer step, and what to do."""
+def _stepping_code(frame):
+    """``(file, function, line)`` of the innermost frame outside installed packages, the standard
+    library and otca-patch: the code that asked for the optimizer step (through any wrapper)."""
+    package = os.path.dirname(os.path.dirname(HERE))
+    while frame is not None:
+        file = frame.f_code.co_filename
+        if os.path.isabs(file) and not _installed(file) and not file.startswith(package + os.sep):
+            return file, frame.f_code.co_name, frame.f_lineno
+        frame = frame.f_back
+    return None
+
+
+def unpatched_step_message(shown, file, stepping=None):
+    """Why this process may not take an optimizer step, and what to do. ``stepping``: ``(file,
+    function, line)`` of the code that steps, when it is not the process's script."""
     where = f"{shown} (pid {os.getpid()})"
-    kind = _not_grpo(shown)
+    if stepping is not None and stepping[0] != file:
+        where += f", in {_shown_path(stepping[0])}:{stepping[2]} ({stepping[1]}),"
+        file = stepping[0]  # the trainer code is what resembles a target
+    elif stepping is not None:
+        where += f", in {stepping[1]} (line {stepping[2]}),"
+    kind = _not_grpo(shown) or (_not_grpo(file) if file else None)
     if kind is not None:
         return (f"{where} is about to take an optimizer step without the layer: it is a {kind} trainer, which has "
                 f"no group-relative advantage for OTCA to reassign, and --otca patches none of its files. Launch it "
                 f"without --otca.")
     nearest = _nearest_spec(file) if file else None
     path = _shown_path(file) if file else "PATH"
-    if nearest is not None:
+    if nearest is not None and nearest[2] >= 0.05:
         resemblance, (name, upstream_file, _), share = nearest
         what = ("a copy of" if resemblance.is_copy((name, share)) else "nearest to") + \
                f" {upstream_file} (spec {name}, {share:.0%} of its lines)"
         how = (f"to train it with the layer, check its hook points with `otca-patch doctor . --otca_target "
                f"{name}={path}` and run it patched with --otca_target {name}={path} among the otca-patch flags")
     else:
-        what, how = "like no targeted trainer", "if it is a GRPO trainer shaped like a target, give --otca_target NAME=" + path
-    return (f"{where} is about to take an optimizer step without the layer: it is not a file --otca patches, and is "
-            f"{what}. Stopped here so it does not train vanilla; {how}. A trainer without group-relative advantages "
-            f"(DPO, SFT, NFT) runs without --otca.")
+        what = "like none of the targeted trainers"
+        how = f"if it is a GRPO trainer shaped like a target, give --otca_target NAME={path} (`otca-patch doctor .` lists them)"
+    return (f"{where} is about to take an optimizer step without the layer: {_shown_path(file) if file else 'it'} is "
+            f"not a file --otca patches, and is {what}. Stopped here so it does not train vanilla; {how}. A trainer "
+            f"without group-relative advantages (DPO, SFT, NFT) runs without --otca.")
 
 
 class UnpatchedTraining(RuntimeError):
@@ -312,7 +339,7 @@ class _StepGuard:
         self.handle = _Restore(module.Optimizer, original)
 
     def refuse(self, optimizer, args, kwargs):
-        message = unpatched_step_message(self.shown, self.file)
+        message = unpatched_step_message(self.shown, self.file, _stepping_code(sys._getframe(1)))
         _record([f"error\t{os.getpid()}\t{' '.join(message.split())}"])
         sys.stderr.write(f"{os.environ.get(COMMAND_VARIABLE) or 'otca-patch'}: error: {message}\n")
         sys.stderr.flush()
