@@ -12,9 +12,12 @@ travel in ``$OTCA_PATCH_ARGS`` and the startup hook (``startup/sitecustomize.py`
 
 With the layer, before anything starts: the flags, the objectives' registry names and options, and
 the hook points of every targeted file the launch names (and of every ``--otca_target`` file) are
-checked. A process running a copy of a targeted trainer stops (``--otca_target NAME=PATH`` runs it
-patched). When the launch ends without any process having run a targeted file, the launch fails
-and names the Python scripts that did run.
+checked. While it runs, nothing trains without the layer (docs/launch-guard.md): a Python process
+that never checks in with the launch (``python -I``, ``-E``, ``-S``, ``env -i``) stops the launch
+within seconds; in a process the layer did not patch, the first optimizer step raises, naming the
+code and its nearest spec; a copy of a targeted trainer stops at start (``--otca_target NAME=PATH``
+runs it patched). ``-m`` launches are patched like path launches. When the launch ends without any
+process having run a targeted file, the launch fails and names the Python scripts that did run.
 """
 from __future__ import annotations
 
