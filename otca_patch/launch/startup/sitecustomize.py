@@ -139,10 +139,22 @@ def _installed(file):
     return file.startswith(tuple(prefixes))
 
 
-def _targeted(file, targets):
-    parts = file.split(os.sep)
-    for target in targets:
-        want = target.split("/")
+def _targeted(file, targets, shown):
+    """The entry of ``$OTCA_PATCH_TARGETS`` (``targets``, its JSON) that ``file`` is, or None."""
+    base = os.path.basename(file)
+    if base.isascii() and base.isprintable() and '"' not in base and "\\" not in base and f'/{base}"' not in targets \
+            and f'"{base}"' not in targets:
+        return None  # json.dumps writes such a name as it is: no entry ends with it (and json's import is skipped)
+    import json
+
+    try:
+        targets = json.loads(targets)
+        parts = file.split(os.sep)
+    except ValueError as exc:
+        _fail(f"${TARGETS_VARIABLE} is not the JSON list of paths `otca-patch launch` sets ({exc}); "
+              f"refusing to run {shown}")
+    for target in targets if isinstance(targets, list) else []:
+        want = target.split("/") if isinstance(target, str) else [None]
         if parts[-len(want):] == want:
             return target
     return None
@@ -188,29 +200,39 @@ def _resemblance():
     return module
 
 
-def _nearest_spec(file):
-    """``(resemblance module, (spec name, upstream file, trainer path), share)`` of the trainer nearest
-    to ``file``, or None. ``$OTCA_PATCH_SHAPES``: JSON ``[[NAME, FILE, TRAINER PATH HERE or ""], ...]``;
-    ``$OTCA_PATCH_RECORD.lines``: per shape, one line of its trainer's line keys (the wrapper's)."""
+def _shapes():
+    """``$OTCA_PATCH_SHAPES``: JSON ``[[NAME, FILE, TRAINER PATH HERE or ""], ...]``, one per spec."""
     import json
 
     try:
         shapes = json.loads(os.environ.get(SHAPES_VARIABLE) or "[]")
+    except ValueError:
+        return []
+    return [tuple(shape) for shape in shapes if isinstance(shape, list) and len(shape) == 3]
+
+
+def _nearest_spec(file, copies_only=False):
+    """``(resemblance module, (spec name, upstream file, trainer path), share)`` of the trainer nearest
+    to ``file``, or None (with ``copies_only``, also when ``file`` is no copy of it). The trainers' line keys come
+    from ``$OTCA_PATCH_RECORD.lines`` (the wrapper's: one line per shape), else from the trainers;
+    the shapes' JSON is read only once a trainer is near enough (json's import is most of the cost)."""
+    try:
         resemblance = _resemblance()
-    except (ValueError, OSError, ImportError):
+    except (OSError, ImportError):
         return None
     text = resemblance.read_text(file)
     if text is None:
         return None
-    keys = resemblance.read_text(f"{os.environ.get(RECORD_VARIABLE)}.lines")
-    keys = keys.split("\n") if keys is not None else [None] * len(shapes)
-    trainers = []
-    for shape, line in zip(shapes, keys):
-        if len(shape) == 3 and shape[2]:
-            theirs = set(line.split()) if line is not None else _trainer_keys(resemblance, shape[2])
-            trainers.append((tuple(shape), theirs))
+    keys = resemblance.read_text(f"{os.environ.get(RECORD_VARIABLE)}.lines") if os.environ.get(RECORD_VARIABLE) else None
+    if keys is not None:
+        trainers = [(index, set(line.split())) for index, line in enumerate(keys.split("\n"))]
+    else:
+        trainers = [(index, _trainer_keys(resemblance, shape[2])) for index, shape in enumerate(_shapes()) if shape[2]]
     found = resemblance.nearest(resemblance.line_keys(text), trainers)
-    return None if found is None else (resemblance, *found)
+    if found is None or (copies_only and not resemblance.is_copy(found)):
+        return None
+    shapes = _shapes()
+    return (resemblance, shapes[found[0]], found[1]) if found[0] < len(shapes) else None
 
 
 def _trainer_keys(resemblance, path):
@@ -375,13 +397,7 @@ def _main():
     lines = [f"checkin\t{os.getpid()}\t{_start_time()}"]
     shown, file, module, options = _what_runs()
     if file is not None:
-        import json
-
-        try:
-            target = _targeted(file, json.loads(targets))
-        except (ValueError, TypeError, AttributeError) as exc:
-            _fail(f"${TARGETS_VARIABLE} is not the JSON list of paths `otca-patch launch` sets ({exc}); "
-                  f"refusing to run {shown}")
+        target = _targeted(file, targets, shown)
         if target is not None:
             _record(lines)
             _become_worker(target, shown, file, module, options)
@@ -390,8 +406,8 @@ def _main():
         lines.append(f"ran\t{shown}")
     _record(lines)
     if file is not None and not _installed(file):
-        nearest = _nearest_spec(file)
-        if nearest is not None and nearest[0].is_copy(nearest[1:]):
+        nearest = _nearest_spec(file, copies_only=True)
+        if nearest is not None:
             _stop_copy(shown, file, nearest)
     sys.meta_path.insert(0, _StepGuard(shown, file))
 
