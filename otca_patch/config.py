@@ -71,9 +71,12 @@ class OtcaConfig:
     otca_wan22_train: str = flag("Wan2.2: which experts train ('both', 'transformer' = high-noise, "
                                  "'transformer_2' = low-noise); the other still serves its steps", "both",
                                  choices=("both", "transformer", "transformer_2"), target_only=True)
-    otca_rank_check_timeout: float = flag("seconds each patched rank waits for every rank of the process group to "
-                                          "register the same layer, upstream file and flags before the first "
-                                          "rollout; a missing or different rank stops them all", 120.0)
+    otca_rank_check_timeout: Optional[float] = flag("seconds, from the first rank's registration, that the patched "
+                                                    "ranks wait for every rank of the process group to register the "
+                                                    "same layer, upstream file, flags and reward checkpoints before "
+                                                    "the first rollout; a missing or different rank stops them all "
+                                                    "(default: the process group's own timeout, 10 min under NCCL)",
+                                                    None)
 
     def __post_init__(self) -> None:
         self.otca_rewards = tuple(self.otca_rewards)
@@ -95,9 +98,11 @@ class OtcaConfig:
             raise ValueError("--otca_sync_grads needs --otca or --otca_observe (the fix is installed by the layer)")
         if (self.otca_wan22 or self.otca_wan22_train != "both") and not self.active:
             raise ValueError("--otca_wan22 / --otca_wan22_train need --otca or --otca_observe (the layer loads the experts)")
+        if not self.otca_log_dir.strip():
+            raise ValueError("--otca_log_dir: empty; give the folder for run_log.jsonl (default otca_logs)")
         if self.otca_video_frames < 1:
             raise ValueError(f"--otca_video_frames: need at least 1 frame, got {self.otca_video_frames}")
-        if not self.otca_rank_check_timeout > 0:
+        if self.otca_rank_check_timeout is not None and not self.otca_rank_check_timeout > 0:
             raise ValueError(f"--otca_rank_check_timeout: give a positive number of seconds, got {self.otca_rank_check_timeout}")
         self.credit_config()  # validates every credit option, naming it
 
@@ -163,6 +168,19 @@ def parse_otca_args(argv: Sequence[str]) -> tuple[OtcaConfig, list[str]]:
         position += 1
     namespace = build_parser().parse_args(ours)  # a bad value: one ValueError line naming the flag
     return flags.from_namespace(OtcaConfig, namespace), rest
+
+
+def environment_flags_note(prog: str) -> Optional[str]:
+    """The line saying that flags come from ``$OTCA_PATCH_ARGS`` rather than the command line (a
+    stale ``export`` would switch the layer on unseen), or ``None``: not set, or set by the
+    ``otca-patch launch`` this process belongs to (which printed its flags already)."""
+    from .launch.worker import COMMAND_VARIABLE
+
+    text = os.environ.get(ENV_ARGS, "").strip()
+    if not text or os.environ.get(COMMAND_VARIABLE):
+        return None
+    return (f"{prog}: flags from ${ENV_ARGS}, not from the command line: {text} "
+            f"(`unset {ENV_ARGS}` to run without them)")
 
 
 def config_from_environment(argv: Sequence[str] = ()) -> tuple[OtcaConfig, list[str]]:

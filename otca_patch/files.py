@@ -70,6 +70,9 @@ def read_jsonl(path) -> tuple[list[tuple[int, dict]], list[str]]:
                 cut = "" if line.endswith("\n") else " (the last line, cut short: a run killed mid-write?)"
                 warnings.append(f"{path}:{number}: not a JSON record ({exc.msg}, column {exc.colno}){cut}; skipped it")
                 continue
+            except RecursionError:  # nested deeper than Python's parser recurses: no record the layer writes
+                warnings.append(f"{path}:{number}: not a run record (JSON nested too deeply to read); skipped it")
+                continue
             if not isinstance(record, dict):
                 warnings.append(f"{path}:{number}: a record must be a JSON object, got {type(record).__name__}; "
                                 f"skipped it")

@@ -92,6 +92,8 @@ class Objectives:
         if registry:
             from .rewards import RewardSet
 
+            if reward_set is None:
+                check_checkpoints(registry, checkpoints, options)  # the message names the flag, not checkpoint=
             self.reward_set = reward_set if reward_set is not None else \
                 RewardSet(registry, checkpoints=dict(checkpoints), device=device, options=dict(options))
             self.columns_of.update({model: list(m.outputs) for model, m in zip(registry, self.reward_set.models)})
@@ -174,6 +176,24 @@ def check_objective_flags(names: Sequence[str], checkpoints: Mapping, options: M
             check_options(name, dict(options.get(name, {})))
         except ImportError:
             pass  # the adapter's library is missing here; each trainer process says so with its fix
+    check_checkpoints(registry, checkpoints, options)
+
+
+def check_checkpoints(registry: Sequence[str], checkpoints: Mapping, options: Mapping) -> None:
+    """Every checkpoint file of the registry objectives ``registry`` exists (``--otca_reward_ckpt``,
+    a path option, else the ``OTCA_CKPT_*`` variable, as the loaders resolve them); one
+    ``CheckpointError`` line per reward that lacks one, joined."""
+    from .rewards.checkpoints import CheckpointError
+    from .rewards.registry import checkpoint_paths
+
+    problems = []
+    for name in registry:
+        try:
+            checkpoint_paths(name, checkpoints.get(name), dict(options.get(name, {})))
+        except CheckpointError as exc:
+            problems.append(str(exc))
+    if problems:
+        raise CheckpointError("; ".join(problems))
 
 
 _REGISTRY = object()  # marks an objective that a registry model scores

@@ -6,11 +6,15 @@ with a size mismatch after a whole rollout, NCCL hangs or moves wrong bytes. Dif
 flags on different ranks would train a credit no rank computed. So, right after the trainer's
 ``init_process_group`` (before any rollout, and before the layer's first collective), each patched
 rank writes what it runs into the store of the process group the launcher built (layer version,
-target, spec and upstream-file hashes, flags, host) and waits, bounded by
-``--otca_rank_check_timeout``, for all ``world_size`` entries. A missing or different rank stops
+target, spec and upstream-file hashes, flags, the registry rewards' checkpoint identities, host)
+and waits for all ``world_size`` entries. The window is the job's: it is counted from the first
+rank's registration (its wall-clock time, kept in the store by ``compare_set``), and lasts as long as
+the trainer's own process group would wait (its ``init_process_group`` timeout: 10 minutes under
+NCCL by default, 30 under gloo), or ``--otca_rank_check_timeout``. ``init_process_group`` has no
+barrier, so nodes whose cold starts differ by minutes still meet. A missing or different rank stops
 every patched rank with a ``RankError`` naming the ranks, their hosts and what differs.
 
-Only store ``set`` / ``check`` / ``get`` are used, never a collective: a patched rank must not enter
+Only store ``set`` / ``check`` / ``get`` / ``compare_set`` are used, never a collective: a patched rank must not enter
 a collective an unpatched rank will not match. The unpatched rank meanwhile blocks in upstream's
 first collective; when the patched ranks exit, torchrun's agent tears the group down (and gloo's
 peers see their connections close), so it ends too.
@@ -32,7 +36,8 @@ from .hooks.errors import PatchError
 #: where the entries live in the process group's store (``v1``: this entry format)
 KEY_PREFIX = "otca_patch/rank_check/v1"
 #: flags that may differ between ranks: node-local paths and devices, and this check's own patience
-LOCAL_FLAGS = ("otca_log_dir", "otca_reward_device", "otca_rank_check_timeout")
+#: (checkpoint paths too: the checkpoints are compared by content, ``entry``'s ``checkpoints``)
+LOCAL_FLAGS = ("otca_log_dir", "otca_reward_device", "otca_rank_check_timeout", "otca_reward_ckpt")
 #: what an entry holds besides the flags, with the words a message uses for it
 COMPARED = (("layer", "otca-patch version"), ("target", "target"), ("spec_sha256", "spec sha256"),
             ("file_sha256", "upstream file sha256"))
@@ -59,9 +64,29 @@ def entry(config, spec, script: str) -> dict:
         "host": socket.gethostname(), "pid": os.getpid(), "layer": __version__, "target": spec.name,
         "spec_sha256": file_sha256(spec_path) if spec_path and os.path.isfile(spec_path) else "",
         "file_sha256": file_sha256(script), "flags": json.loads(json.dumps(flags)),
+        "checkpoints": checkpoint_identities(config),
         # torchrun's layout, to name the host of a rank that never registered
         "local_rank": _env_int("LOCAL_RANK"), "local_world_size": _env_int("LOCAL_WORLD_SIZE"),
     }
+
+
+def checkpoint_identities(config) -> dict:
+    """``{reward[.parameter]: {path, size, sha256_first_mib}}`` of every registry reward's checkpoint
+    files, resolved as its loader resolves them (``--otca_reward_ckpt``, else ``OTCA_CKPT_*``)."""
+    from .rewards.checkpoints import CheckpointError, identity
+    from .rewards.registry import available, checkpoint_paths
+
+    identities = {}
+    for name in config.otca_rewards:
+        if name not in available():
+            continue
+        try:
+            paths = checkpoint_paths(name, config.otca_reward_ckpt.get(name), dict(config.otca_reward_opt.get(name, {})))
+        except CheckpointError:
+            continue  # the runtime has refused it already
+        for parameter, path in paths.items():
+            identities[name if parameter == "checkpoint" else f"{name}.{parameter}"] = identity(path)
+    return identities
 
 
 def _env_int(name: str) -> Optional[int]:
@@ -71,15 +96,17 @@ def _env_int(name: str) -> Optional[int]:
 
 def check_ranks(store, rank: int, world_size: int, mine: dict, timeout: float, attempt: str = "0",
                 file: str = "", poll: float = 0.1) -> dict:
-    """Register ``mine`` as ``rank`` in ``store``, wait up to ``timeout`` seconds for all
-    ``world_size`` entries, and compare them; then every rank says whether it goes on, so that a rank
-    whose wait ran out just as the last one registered does not stop alone. Returns the summary the
-    run log records; raises ``RankError`` naming every missing or different rank."""
+    """Register ``mine`` as ``rank`` in ``store``, wait until ``timeout`` seconds after the first
+    rank's registration for all ``world_size`` entries, and compare them; then every rank says
+    whether it goes on, so that a rank whose wait ran out just as the last one registered does not
+    stop alone. Returns the summary the run log records; raises ``RankError`` naming every missing
+    or different rank."""
     started = time.monotonic()
-    deadline = started + timeout
     keys = [f"{KEY_PREFIX}/{attempt}/{r}" for r in range(world_size)]
     verdicts = [f"{KEY_PREFIX}/{attempt}/verdict/{r}" for r in range(world_size)]
     try:
+        first = first_registration(store, f"{KEY_PREFIX}/{attempt}/first")
+        deadline = started + max(0.0, first + timeout - time.time())
         store.set(keys[rank], json.dumps({**mine, "rank": rank}))
         missing = _wait_for(store, keys, deadline, poll)
         entries = {r: json.loads(store.get(keys[r])) for r in range(world_size) if r not in missing}
@@ -95,10 +122,21 @@ def check_ranks(store, rank: int, world_size: int, mine: dict, timeout: float, a
     if problems:
         raise RankError(f"the {world_size} ranks of this job do not all run the layer the same way, so every "
                         f"patched rank stops before its first rollout:\n  " + "\n  ".join(problems) +
-                        "\n  Run the same launch, through scripts/otca_run.sh with the same --otca flags, on every "
-                        "node (see the README's multi-node section).", file)
+                        "\n  Run the same launch, through otca-patch launch with the same --otca flags, on every "
+                        "node (see docs/multi-node.md).", file)
     return {"world_size": world_size, "hosts": {str(r): entries[r]["host"] for r in sorted(entries)},
-            "seconds": round(time.monotonic() - started, 3)}
+            "seconds": round(time.monotonic() - started, 3), "window_s": timeout}
+
+
+def first_registration(store, key: str) -> float:
+    """The wall-clock time of the job's first registration: this one's, unless another rank's is in
+    the store already (``compare_set`` sets an absent key only, atomically). Nodes' clocks agree to
+    well under a second under NTP, which the window of minutes does not notice."""
+    now = repr(time.time())
+    try:
+        return float(store.compare_set(key, "", now))
+    except (AttributeError, NotImplementedError):  # a store without compare_set: this rank's arrival
+        return float(now)
 
 
 def _wait_for(store, keys: list, deadline: float, poll: float) -> list:
@@ -122,10 +160,15 @@ def _missing_ranks(missing: list, entries: dict, timeout: float) -> list:
     by_host: dict = {}
     for r in missing:
         by_host.setdefault(_host_of(r, entries), []).append(r)
-    return [f"{_ranks(ranks)} ({host}) did not register within {timeout:g} s (--otca_rank_check_timeout): "
-            f"{'it runs' if len(ranks) == 1 else 'they run'} without the layer (launched without "
-            f"scripts/otca_run.sh --otca, or in an environment without otca-patch), or with a layer that "
-            f"has no rank check" for host, ranks in by_host.items()]
+    return [_missing_line(ranks, host, timeout) for host, ranks in by_host.items()]
+
+
+def _missing_line(ranks: list, host: str, timeout: float) -> str:
+    one = len(ranks) == 1
+    return (f"{_ranks(ranks)} ({host}) did not register within {timeout:g} s of the first rank's registration: "
+            f"{'it runs' if one else 'they run'} without the layer (launched without scripts/otca_run.sh --otca, "
+            f"or in an environment without otca-patch, or with a layer that has no rank check), or "
+            f"{'it is' if one else 'they are'} slower than {timeout:g} s to get here (raise --otca_rank_check_timeout)")
 
 
 def _host_of(rank: int, entries: dict) -> str:
@@ -160,12 +203,27 @@ def _differences(entries: dict) -> list:
         other = entries[r]
         fields = [f"{words} {other[key]} (rank {reference}: {base[key]})" for key, words in COMPARED
                   if other[key] != base[key]]
+        fields += _checkpoint_differences(other.get("checkpoints", {}), base.get("checkpoints", {}), reference)
         fields += [f"--{name} {_shown(other['flags'].get(name))} (rank {reference}: {_shown(base['flags'].get(name))})"
                    for name in sorted(set(base["flags"]) | set(other["flags"]))
                    if other["flags"].get(name) != base["flags"].get(name)]
         if fields:
-            lines.append(f"{_who(r, entries)} differs from {_who(reference, entries)}: {'; '.join(fields)}")
+            lines.append(f"{_who(r, entries)} registered with different settings from {_who(reference, entries)}: "
+                         f"{'; '.join(fields)}")
     return lines
+
+
+def _checkpoint_differences(mine: dict, base: dict, reference: int) -> list:
+    """A reward checkpoint whose content (size, first MiB) differs, each side with its path."""
+    def shown(found) -> str:
+        if found is None:
+            return "(none)"
+        return f"{found['path']} ({found['size']} bytes, sha256 of the first MiB {found['sha256_first_mib'][:12]})"
+
+    return [f"reward checkpoint {name} {shown(mine.get(name))} (rank {reference}: {shown(base.get(name))})"
+            for name in sorted(set(mine) | set(base))
+            if {k: v for k, v in (mine.get(name) or {}).items() if k != "path"}
+            != {k: v for k, v in (base.get(name) or {}).items() if k != "path"}]
 
 
 def _shown(value) -> str:
@@ -177,7 +235,8 @@ def _shown(value) -> str:
 class _Pending:
     """The check this process still owes: armed when the runtime is installed, run once."""
     entry: Optional[dict] = None
-    timeout: float = 120.0
+    timeout: Optional[float] = None  # --otca_rank_check_timeout; None: the process group's own
+    group_timeout: Optional[float] = None  # what the trainer's init_process_group was given, in seconds
     file: str = ""
     result: Optional[dict] = None
     error: Optional[RankError] = None  # raised again by every later ensure(): no collective after a failed check
@@ -186,9 +245,10 @@ class _Pending:
 _pending = _Pending()
 
 
-def arm(mine: dict, timeout: float, file: str = "") -> None:
-    """Owe the check for this process (``mine``: its ``entry``). It runs now if the trainer's process
-    group exists already, else right after ``torch.distributed.init_process_group`` returns."""
+def arm(mine: dict, timeout: Optional[float], file: str = "") -> None:
+    """Owe the check for this process (``mine``: its ``entry``; ``timeout``: its window in seconds,
+    ``None`` for the process group's own timeout). It runs now if the trainer's process group exists
+    already, else right after ``torch.distributed.init_process_group`` returns."""
     _pending.entry, _pending.timeout, _pending.file, _pending.result, _pending.error = mine, timeout, file, None, None
     if dist.is_available():
         _wrap_init_process_group()
@@ -214,14 +274,29 @@ def ensure() -> None:
     attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")  # a restarted job registers afresh
     try:
         store, where = default_store()
-        summary = check_ranks(store, rank, world_size, _pending.entry, _pending.timeout, attempt, _pending.file)
+        summary = check_ranks(store, rank, world_size, _pending.entry, window(), attempt, _pending.file)
     except RankError as exc:
         _pending.error = exc
         raise
     _pending.result = {**summary, "store": where}
     if rank == 0:
-        print(f"otca-patch: all {world_size} ranks run the same layer, target, spec, upstream file and flags "
-              f"(checked through {where} in {summary['seconds']:.1f} s)", file=sys.stderr, flush=True)
+        print(f"otca-patch: all {world_size} ranks run the same layer, target, spec, upstream file and flags, and "
+              f"the same reward checkpoints (checked through {where} in {summary['seconds']:.1f} s; window "
+              f"{summary['window_s']:g} s from the first registration)", file=sys.stderr, flush=True)
+
+
+def window() -> float:
+    """The check's window in seconds: ``--otca_rank_check_timeout``, else the timeout the trainer gave
+    ``init_process_group``, else torch's default for the group's backend (NCCL 10 min, gloo 30 min)."""
+    if _pending.timeout is not None:
+        return float(_pending.timeout)
+    if _pending.group_timeout is not None:
+        return _pending.group_timeout
+    c10d = dist.distributed_c10d
+    try:
+        return c10d._get_default_timeout(dist.get_backend()).total_seconds()
+    except Exception:  # private helper: where a torch lacks it, its public default
+        return getattr(c10d, "default_pg_timeout").total_seconds()
 
 
 def default_store():
@@ -238,7 +313,7 @@ def default_store():
     if address and port.isdigit():
         from datetime import timedelta
 
-        client = dist.TCPStore(address, int(port), is_master=False, timeout=timedelta(seconds=max(_pending.timeout, 30)))
+        client = dist.TCPStore(address, int(port), is_master=False, timeout=timedelta(seconds=max(window(), 30)))
         return dist.PrefixStore("otca_patch", client), f"the rendezvous store at {address}:{port}"
     raise RankError("this torch has no default store to check the ranks through and no MASTER_ADDR / "
                     "MASTER_PORT rendezvous; launch with torchrun or accelerate", _pending.file)
@@ -254,6 +329,8 @@ def _wrap_init_process_group() -> None:
     @functools.wraps(original)
     def init_process_group(*args, **kwargs):
         value = original(*args, **kwargs)
+        timeout = kwargs.get("timeout", args[2] if len(args) > 2 else None)  # (backend, init_method, timeout)
+        _pending.group_timeout = timeout.total_seconds() if hasattr(timeout, "total_seconds") else None
         ensure()
         return value
 

@@ -5,6 +5,8 @@ import errno
 import json
 import math
 import os
+import sys
+import time
 
 import torch
 
@@ -34,10 +36,47 @@ class RunLog:
     half record, and raises ``OSError`` naming the log.
     """
 
-    def __init__(self, directory: str):
+    def __init__(self, directory: str, new_run: bool = True):
+        """``new_run``: a log already in ``directory`` is another run's (unless torchrun restarted
+        this job): it is kept under its own name and this run starts a new one, never appending to it."""
         self.directory = directory
         os.makedirs(directory, exist_ok=True)
         self.path = os.path.join(directory, LOG_NAME)
+        restarted = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") not in ("", "0")
+        if new_run and not restarted:
+            self._keep_previous()
+
+    def _keep_previous(self) -> None:
+        """Move another run's log aside (``run_log.<its time>-<inode>.jsonl``), without overwriting
+        anything. Every rank of a run gets here before any rank writes (records follow the rank
+        check), so the ranks of one run never move each other's log; the first one that moves it says so."""
+        try:
+            status = os.stat(self.path)
+        except FileNotFoundError:
+            return
+        if status.st_size == 0:
+            return
+        stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(status.st_mtime))
+        kept = os.path.join(self.directory, f"run_log.{stamp}-{status.st_ino}.jsonl")
+        try:
+            os.link(self.path, kept)  # fails if the name exists: nothing is overwritten
+        except FileExistsError:
+            pass  # another rank of this run kept it a moment ago
+        except OSError:  # a file system without hard links
+            if not os.path.exists(kept):
+                os.replace(self.path, kept)
+                self._said_kept(kept)
+            return
+        else:
+            self._said_kept(kept)
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+
+    def _said_kept(self, kept: str) -> None:
+        print(f"otca-patch: {self.path} held another run's log; kept it as {os.path.basename(kept)}, and this run "
+              f"writes a new {LOG_NAME}", file=sys.stderr, flush=True)
 
     def write(self, record: dict) -> None:
         line = (json.dumps(to_jsonable(record), allow_nan=False) + "\n").encode()

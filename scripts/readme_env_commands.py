@@ -3,7 +3,7 @@ per line as ``KIND<TAB>OUT_DIR<TAB>COMMAND`` (KIND: doctor, smoke-vanilla or smo
 smoke run's folder, ``-`` for doctor), for scripts/check_upstream_env.sh to run verbatim.
 
 They are the doctor and smoke lines of the ```bash block under ``<!-- check_upstream_env: NAME -->``
-("Install into your training environment"), so the check and the README cannot drift apart. The
+(the README's "Install into your training environment"), so the check and the README cannot drift apart. The
 block's other lines (source, pip install, cd, otca-patch launch) are what the check does itself or
 what needs GPUs and weights; any other command is an error, so nothing in the block goes unchecked.
 """

@@ -2,6 +2,9 @@
 # The README's test command: set up .venv if needed, then run the whole test suite.
 # Extra arguments go to pytest (e.g. `./scripts/test.sh -m upstream`). A run that collects no
 # test fails: pytest's exit code 5 is not success here.
+# The suite runs on both cores: pytest-xdist with $OTCA_TEST_WORKERS workers (default 2), each test
+# file on one worker (`--dist loadfile`: a file's module fixtures, such as its smoke runs, are made
+# once). OTCA_TEST_WORKERS=1, or your own -n / -p no:xdist, runs it as plain pytest.
 # `./scripts/test.sh --env NAME` (dancegrpo, flowgrpo or mixgrpo) instead proves the package in that
 # upstream's own training environment (scripts/check_upstream_env.sh NAME).
 set -euo pipefail
@@ -12,8 +15,15 @@ if [ "${1:-}" = "--env" ]; then
 fi
 "$repo/scripts/setup.sh"
 cd "$repo"
+workers="${OTCA_TEST_WORKERS:-2}"
+case "$workers" in ''|*[!0-9]*|0) echo "test.sh: OTCA_TEST_WORKERS must be a whole number >= 1, not '$workers'" >&2; exit 2 ;; esac
+parallel=(-n "$workers" --dist loadfile)
+for arg in "$@"; do
+  case "$arg" in -n|-n*|--numprocesses|--numprocesses=*|no:xdist|-pno:xdist) parallel=() ;; esac
+done
+[ "$workers" -eq 1 ] && parallel=()
 set +e
-"$repo/.venv/bin/python" -m pytest "$@"
+"$repo/.venv/bin/python" -m pytest ${parallel[@]+"${parallel[@]}"} "$@"
 status=$?
 set -e
 if [ "$status" -eq 5 ]; then

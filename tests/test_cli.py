@@ -42,3 +42,18 @@ def test_credit_example_takes_the_options(capsys):
     for group in (rows[:4], rows[4:]):  # one mixture per group, combined zero-mean in the group
         assert len({tuple(row[8:11]) for row in group}) == 1
         assert sum(float(row[11]) for row in group) == pytest.approx(0, abs=0.003)
+
+
+def test_credit_example_shows_a_sample_that_trains_and_says_why_others_are_zero(capsys):
+    assert main(["credit"]) == 0
+    out = capsys.readouterr().out
+    rewards, latents, group_ids = example_batch()
+    credit = compute_credit(rewards, latents, group_ids, CreditConfig())
+    assert (credit.combined == 0).any() and (credit.combined != 0).any(), "the example shows both cases"
+    shown = int(credit.combined.abs().argmax())
+    line = next(line for line in out.splitlines() if line.startswith("advantage per step"))
+    assert line.startswith(f"advantage per step, sample {shown} ")
+    printed = [float(x) for x in line.split(":")[1].split()]
+    assert printed == pytest.approx(credit.advantages[shown].tolist(), abs=0.006)
+    assert min(abs(x) for x in printed) > 0.1
+    assert "disagree in sign" in out

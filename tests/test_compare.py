@@ -139,7 +139,9 @@ def test_empty_and_missing_logs_are_clear_errors(tmp_path):
 
 def test_a_step_logged_twice_is_an_error_naming_both_lines(tmp_path):
     write_run(tmp_path / "a", base, steps=2)
-    write_run(tmp_path / "a", base, steps=2)  # a second run appended to the same folder
+    write_run(tmp_path / "b", base, steps=2)  # a second run appended to the same log (by hand: RunLog never does)
+    with open(tmp_path / "a" / "run_log.jsonl", "a") as handle:
+        handle.write((tmp_path / "b" / "run_log.jsonl").read_text())
     with pytest.raises(LogError, match=r"run_log.jsonl:3: step 1 rank 0 was already logged on line 1"):
         load_run(tmp_path / "a")
 
@@ -293,3 +295,31 @@ def test_a_short_write_is_completed_and_a_failed_write_leaves_a_readable_log(tmp
     log.write(one_record(step=4))
     run = load_run(tmp_path / "a")
     assert run.steps.tolist() == [1, 2, 4] and not run.warnings
+
+
+def test_pathological_lines_are_skipped_with_a_warning_like_other_bad_lines(tmp_path):
+    folder = tmp_path / "run"
+    write_records(folder, one_record(step=1), one_record(step=2))
+    with open(folder / "run_log.jsonl", "a") as handle:
+        handle.write('{"deep": ' + "[" * 100000 + "]" * 100000 + "}\n")  # beyond Python's JSON recursion
+        handle.write(json.dumps(one_record(step=10 ** 30)) + "\n")
+    run = load_run(folder)
+    assert run.steps.tolist() == [1, 2]
+    assert any(":3: not a run record (JSON nested too deeply to read); skipped it" in w for w in run.warnings)
+    assert any(":4: 'step' is 100000000000... (31 digits), beyond any run's; skipped it" in w for w in run.warnings)
+
+
+def test_a_second_run_into_the_same_folder_starts_a_new_log_and_keeps_the_first(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("TORCHELASTIC_RESTART_COUNT", raising=False)
+    folder = tmp_path / "out"
+    RunLog(str(folder)).write(one_record(step=1, mode="sum"))
+    first = (folder / "run_log.jsonl").read_text()
+    second = RunLog(str(folder))  # another run: its log must not continue the first one's
+    assert "held another run's log; kept it as run_log." in capsys.readouterr().err
+    second.write(one_record(step=1, mode="otca"))
+    assert [json.loads(line)["mode"] for line in (folder / "run_log.jsonl").read_text().splitlines()] == ["otca"]
+    kept = [p for p in folder.glob("run_log.*.jsonl")]
+    assert len(kept) == 1 and kept[0].read_text() == first  # nothing written is lost
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "1")  # torchrun restarted the same job: it appends
+    RunLog(str(folder)).write(one_record(step=2, mode="otca"))
+    assert len((folder / "run_log.jsonl").read_text().splitlines()) == 2 and len(list(folder.glob("run_log.*"))) == 2

@@ -68,3 +68,42 @@ def test_environment_flags_are_merged_and_argv_wins(monkeypatch):
     monkeypatch.setenv(ENV_ARGS, "--otca --lr 1")
     with pytest.raises(ValueError, match="not otca-patch flags"):
         config_from_environment([])
+
+
+def test_an_empty_log_dir_is_one_line_naming_the_flag():
+    with pytest.raises(ValueError, match=r"^--otca_log_dir: empty; give the folder for run_log.jsonl"):
+        parse_otca_args(["--otca", "--otca_log_dir="])
+
+
+def test_the_rank_check_waits_as_long_as_the_process_group_by_default():
+    assert OtcaConfig().otca_rank_check_timeout is None  # rank_check.window(): the group's own timeout
+    assert parse_otca_args(["--otca", "--otca_rank_check_timeout", "300"])[0].otca_rank_check_timeout == 300
+
+
+def test_flags_from_the_environment_are_said_unless_a_launch_set_them(monkeypatch):
+    from otca_patch.config import environment_flags_note
+
+    monkeypatch.delenv("OTCA_PATCH_COMMAND", raising=False)
+    monkeypatch.delenv(ENV_ARGS, raising=False)
+    assert environment_flags_note("otca-patch smoke") is None
+    monkeypatch.setenv(ENV_ARGS, "--otca --otca_mode sum")  # a stale export in the user's shell
+    assert environment_flags_note("otca-patch smoke") == (
+        "otca-patch smoke: flags from $OTCA_PATCH_ARGS, not from the command line: --otca --otca_mode sum "
+        "(`unset OTCA_PATCH_ARGS` to run without them)")
+    monkeypatch.setenv("OTCA_PATCH_COMMAND", "otca-patch launch")  # the launch printed its flags already
+    assert environment_flags_note("otca-patch smoke") is None
+
+
+def test_a_stale_environment_flag_is_the_first_line_of_otca_patch_run(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "plain.py"
+    script.write_text("print('ran')\n")
+    env = {k: v for k, v in os.environ.items() if k != "OTCA_PATCH_COMMAND"}
+    done = subprocess.run([sys.executable, "-m", "otca_patch.cli", "run", str(script)], capture_output=True, text=True,
+                          env=dict(env, **{ENV_ARGS: "--otca_mode sum"}), timeout=120, cwd=tmp_path)
+    assert done.stderr.splitlines()[0].startswith("otca-patch run: flags from $OTCA_PATCH_ARGS, not from the "
+                                                  "command line: --otca_mode sum"), done.stderr
+    assert done.stdout == "ran\n"  # without --otca the script runs untouched, as said

@@ -60,11 +60,12 @@ def test_without_the_layer_the_copy_runs_as_published(synthetic):
 
 def test_a_script_that_only_shares_function_names_is_not_a_copy(synthetic):
     """Defining the hooked function is not enough: most of the trainer's lines must be there too. The
-    launch then runs it, but fails at the end: no targeted process ever started."""
+    launch then runs it (its path is built at run time, so the pre-flight cannot refuse it), but fails
+    at the end: no targeted process ever started."""
     upstream, env = synthetic
     (upstream / "tool.py").write_text("import sys\n\ndef advantages_for(values):\n    return sorted(values)\n\n"
                                       "print(advantages_for([3, 1, 2]))\n")
-    done = launch(upstream, env, "python tool.py\npython -m json.tool --help > /dev/null", "--otca")
+    done = launch(upstream, env, 'name=tool; python "$name.py"\npython -m json.tool --help > /dev/null', "--otca")
     assert "[1, 2, 3]" in done.stdout, done.stderr
     assert done.returncode == 2
     last = done.stderr.strip().splitlines()[-1]
@@ -84,7 +85,8 @@ def test_a_launch_that_runs_the_trainer_and_other_scripts_succeeds(synthetic):
 
 def test_a_failing_launch_keeps_its_exit_status(synthetic):
     upstream, env = synthetic
-    done = launch(upstream, env, "python -c 'import sys; sys.exit(5)'", "--otca")
+    line = "name=exit5; printf 'import sys\\nsys.exit(5)\\n' > \"$name.py\"; python \"$name.py\""  # built at run time
+    done = launch(upstream, env, line, "--otca")
     assert done.returncode == 5
     assert "no process ran a file the layer targets" in done.stderr
 

@@ -80,12 +80,12 @@ def _wrapper(*argv):
                           text=True, timeout=120)
 
 
-def test_otca_run_runs_a_command_after_dashes_with_the_flags_in_the_environment():
+def test_an_untargeted_command_after_dashes_is_refused_with_otca_and_runs_without():
     show = "import os; print(os.environ.get('OTCA_PATCH_ARGS'))"
     done = _wrapper("--otca", "--otca_mode", "tcd", "--", sys.executable, "-c", show)
-    assert done.stdout.strip() == "--otca --otca_mode tcd"  # the command ran, with the flags
-    # ... but it is no targeted trainer, so an --otca launch that trained nothing patched fails, naming it
-    assert done.returncode == 2 and "no process ran a file the layer targets" in done.stderr
+    # it runs no targeted trainer, so an --otca launch is refused before the command starts
+    assert done.returncode == 2 and done.stdout == "", done.stderr
+    assert "it names no Python script or module" in done.stderr
     plain = _wrapper("--", sys.executable, "-c", show)
     assert plain.returncode == 0 and plain.stdout.strip() == "None"
 

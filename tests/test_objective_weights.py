@@ -86,3 +86,39 @@ def test_videoalign_weights_counted_by_name_are_refused_naming_its_columns(fake_
     with pytest.raises(ValueError, match=r"2 weights for 4 objective columns .*\(videoalign = "
                                          r"videoalign.vq,videoalign.mq,videoalign.ta\)"):
         Objectives(["upstream.vq", "videoalign"], HUNYUAN, {}, {}, "cpu", weights=(1.0, 1.0))
+
+
+@pytest.mark.parametrize("weights, expected", [
+    ((1e39, 1.0), "must be finite, >= 0 and at most 1e+20 (they scale the float32 advantages); index 0 is 1e+39"),
+    ((1e308, 1e308), "index 0 is 1e+308"),
+    ((float("inf"), 1.0), "index 0 is inf"),
+    ((1.0, -0.5), "index 1 is -0.5"),
+    ((0.0, 0.0), "all 2 are 0, so every advantage would be 0 and nothing would train"),
+])
+def test_weights_that_give_non_finite_or_zero_advantages_are_refused(weights, expected):
+    with pytest.raises(ValueError) as raised:
+        CreditConfig(objective_weights=weights)
+    assert str(raised.value).startswith("objective_weights: ") and expected in str(raised.value)
+    with pytest.raises(ValueError, match="^--otca_objective_weights: "):
+        OtcaConfig(otca=True, otca_rewards=("upstream", "clip_t"), otca_objective_weights=weights)
+
+
+@pytest.mark.parametrize("mode", ["otca", "moca", "tcd", "multi_grpo", "gdpo", "sum"])
+def test_the_largest_weight_keeps_every_mode_finite(mode):
+    from otca_patch.credit.config import MAX_OBJECTIVE_WEIGHT
+
+    rewards = torch.randn(64, 3, generator=torch.Generator().manual_seed(2))
+    config = CreditConfig(mode=mode, objective_weights=(MAX_OBJECTIVE_WEIGHT, 1.0, MAX_OBJECTIVE_WEIGHT))
+    advantages = credit_from_progress(rewards, torch.rand(64, 10, dtype=torch.float64), torch.arange(64) // 8,
+                                      config).advantages
+    assert torch.isfinite(advantages).all() and advantages.abs().max() > 0
+
+
+def test_the_engine_refuses_non_finite_advantages_instead_of_returning_them():
+    """A config that escaped the checks (weights set after validation): the engine's output check stops it."""
+    config = CreditConfig(mode="tcd")
+    object.__setattr__(config, "objective_weights", (1e39, 1.0))  # beyond float32 once scaled
+    rewards = torch.randn(8, 2, generator=torch.Generator().manual_seed(0))
+    with pytest.raises(ValueError, match=r"^credit: \d+ of 32 advantages are not finite \(first: sample \d+, step \d+: "
+                                         r"-?inf\) in mode tcd .*refusing to train on them"):
+        credit_from_progress(rewards, torch.rand(8, 4, dtype=torch.float64), torch.arange(8) // 4, config)

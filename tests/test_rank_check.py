@@ -20,6 +20,7 @@ import torch.distributed as dist
 from otca_patch import rank_check
 from otca_patch.config import OtcaConfig
 from otca_patch.rank_check import KEY_PREFIX, RankError, check_ranks
+from free_port import free_port
 from test_launch import REPO, launch, synthetic_upstream
 
 ENTRY = {"host": "node-a", "pid": 1, "layer": "0.1.0", "target": "dancegrpo-flux", "spec_sha256": "s1",
@@ -52,6 +53,7 @@ def test_a_rank_that_never_registers_stops_the_check_after_the_timeout():
     assert "rank 1 (host node-a, the node of rank 0) did not register within 0.5 s" in message
     assert "rank 3 (host node-b, the node of rank 2) did not register" in message
     assert "rank 2" not in message.replace("the node of rank 2", "")  # rank 2 registered and agrees
+    assert "slower than 0.5 s to get here (raise --otca_rank_check_timeout)" in message
 
 
 @pytest.mark.parametrize("verdict", ["stop", ""])
@@ -89,7 +91,7 @@ def test_a_different_rank_is_named_with_its_host_and_what_differs(changes, expec
     registered(store, 1, host="node-b", **changes)
     with pytest.raises(RankError) as caught:
         check_ranks(store, 0, 2, ENTRY, timeout=5)
-    assert f"rank 1 (host node-b) differs from rank 0 (host node-a): {expected}" in str(caught.value)
+    assert f"rank 1 (host node-b) registered with different settings from rank 0 (host node-a): {expected}" in str(caught.value)
 
 
 def test_node_local_flags_may_differ_and_are_not_compared():
@@ -157,22 +159,17 @@ def dist_trainer(tmp_path):
     return synthetic_upstream(tmp_path, DIST_TRAINER, GATHERING_RUNTIME)
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def two_ranks(rank1_setup: str) -> str:
     """A launch line: torchrun starts 2 ranks; rank 1 first runs ``rank1_setup`` (shell) on the
     environment otca_run.sh gave it, as a node whose launch went differently would."""
     rank_script = f'if [ "$RANK" = 1 ]; then {rank1_setup}; fi; exec python "$@"'
-    return (f"torchrun --nproc_per_node 2 --master_port {_free_port()} --no-python "
+    return (f"torchrun --nproc_per_node 2 --master_port {free_port()} --no-python "
             f"bash -c '{rank_script}' rank trainer/train.py --out result")
 
 
-def run_two_ranks(dist_trainer, rank1_setup: str, timeout: str = "60"):
-    """``timeout``: short only where a rank is meant to be missing (a loaded machine may start one late)."""
+def run_two_ranks(dist_trainer, rank1_setup: str, timeout: str = "600"):
+    """``timeout``: the most the check waits for every rank to register (it goes on as soon as they
+    have); short only where a rank is meant to be missing, since a loaded machine may start one late."""
     upstream, env = dist_trainer
     started = time.monotonic()
     done = launch(upstream, env, two_ranks(rank1_setup), "--otca", "--otca_rank_check_timeout", timeout)
@@ -214,10 +211,14 @@ def test_a_rank_without_the_layer_stops_every_rank_within_the_timeout(dist_train
     done, seconds = run_two_ranks(dist_trainer, "unset OTCA_PATCH_ARGS", timeout="3")
     assert_stopped_without_a_collective(done, upstream)
     assert exit_code(done.stderr, 0) == 2  # the patched rank stopped itself; the agent then ended rank 1
-    assert done.stderr.count("rank 1 (host ") == 1 and "did not register within 3 s" in done.stderr
+    # said by rank 0, and relayed once more as the launch's last line (the first error a process reported)
+    assert done.stderr.count("rank 1 (host ") == 2 and "did not register within 3 s" in done.stderr
+    assert "otca-patch launch: error: the launch failed; the first error a process reported (trainer/train.py, " \
+           "rank 0, host " in done.stderr
     # the worker's messages carry the prefix of the command the user typed (`otca-patch launch:`)
     assert "otca-patch launch: error: the 2 ranks of this job do not all run the layer the same way" in done.stderr
-    assert seconds < 120, "bounded by the check's timeout plus start-up, not by gloo's 30 minutes"
+    # start-up of two ranks takes up to minutes on a loaded machine; gloo alone would wait 30
+    assert seconds < 600, "bounded by the check's timeout plus start-up, not by gloo's 30 minutes"
 
 
 @pytest.mark.slow
@@ -227,7 +228,8 @@ def test_different_modes_stop_both_ranks_naming_the_difference(dist_trainer):
     assert_stopped_without_a_collective(done, upstream)
     host = socket.gethostname()
     # each patched rank stops with the same line (unless the agent ends it first, when the other stopped)
-    line = f"rank 1 (host {host}) differs from rank 0 (host {host}): --otca_mode sum (rank 0: otca)"
+    line = (f"rank 1 (host {host}) registered with different settings from rank 0 (host {host}): "
+            f"--otca_mode sum (rank 0: otca)")
     assert done.stderr.count(line) >= 1, done.stderr[-3000:]
     assert done.stderr.count("otca-patch launch: error:") == done.stderr.count(line)
 
@@ -259,7 +261,7 @@ def run_rows(tmp_path, rows: str) -> subprocess.CompletedProcess:
     script.write_text(ROWS_WORKER)
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
     return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
-                           str(_free_port()), str(script), rows], capture_output=True, text=True, timeout=300, env=env)
+                           str(free_port()), str(script), rows], capture_output=True, text=True, timeout=300, env=env)
 
 
 @pytest.mark.slow
@@ -298,3 +300,122 @@ def test_after_a_failed_check_every_later_collective_of_the_layer_refuses(monkey
     registered(store, 1)  # too late: this rank has stopped, whatever the store says now
     with pytest.raises(RankError, match="rank 1 .* did not register"):
         distributed.gather_rows(torch.zeros(2, 1))
+
+
+# ---- the window is the job's: from the first registration, as long as the process group waits
+
+def test_the_window_counts_from_the_first_registration_not_this_ranks_arrival():
+    """The first rank registered 1.5 s ago with a 2 s window: a rank arriving now waits the 0.5 s left."""
+    store = dist.HashStore()
+    registered(store, 0, verdict="")
+    store.set(f"{KEY_PREFIX}/0/first", repr(time.time() - 1.5))
+    started = time.monotonic()
+    with pytest.raises(RankError, match=r"rank 2 \(host node-a, the node of rank \d\) did not register within 2 s of "
+                                        r"the first rank's registration"):
+        check_ranks(store, 1, 3, {**ENTRY, "local_rank": 1, "local_world_size": 3}, timeout=2)
+    assert time.monotonic() - started < 1.5, "waited from its own arrival, not from the first registration"
+
+
+def test_the_first_registration_is_kept_by_whoever_comes_first():
+    store = dist.HashStore()
+    first = rank_check.first_registration(store, "k")
+    assert rank_check.first_registration(store, "k") == first  # a later rank reads the first one's time
+
+
+def test_the_default_window_is_the_process_groups_timeout(monkeypatch):
+    from datetime import timedelta
+
+    monkeypatch.setattr(rank_check, "_pending", rank_check._Pending())
+    monkeypatch.setattr(dist, "init_process_group", lambda *args, **kwargs: None)
+    monkeypatch.setattr(dist.distributed_c10d, "init_process_group", dist.init_process_group)
+    rank_check._wrap_init_process_group()
+    dist.init_process_group("gloo", timeout=timedelta(seconds=42))  # is_initialized() stays False: no check runs
+    assert rank_check.window() == 42
+    rank_check._pending.timeout = 7.0  # --otca_rank_check_timeout wins
+    assert rank_check.window() == 7
+    rank_check._pending.timeout = rank_check._pending.group_timeout = None
+    monkeypatch.setattr(dist, "get_backend", lambda group=None: "nccl")
+    assert rank_check.window() == 600  # torch's NCCL default, 10 minutes
+
+
+LATE_RANK = textwrap.dedent('''\
+    import sys, time
+    from datetime import timedelta
+    import torch.distributed as dist
+    from otca_patch import rank_check
+
+    window, late = float(sys.argv[1]), float(sys.argv[2])
+    explicit = float(sys.argv[3]) if len(sys.argv) > 3 else None
+    rank_check._wrap_init_process_group()  # as arm() does when the runtime is installed
+    dist.init_process_group("gloo", timeout=timedelta(seconds=window))  # gloo connects here: the ranks meet
+    rank = dist.get_rank()
+    if rank == 1:
+        time.sleep(late)  # then rank 1 is slow to reach the check (a node still loading its models)
+    entry = {"host": "h", "pid": 0, "layer": "x", "target": "t", "spec_sha256": "", "file_sha256": "",
+             "flags": {}, "checkpoints": {}, "local_rank": rank, "local_world_size": 2}
+    try:
+        rank_check.arm(entry, explicit)  # the group exists: the check runs now
+    except rank_check.RankError as exc:
+        print(f"rank {rank} stopped: {exc}", flush=True)
+        sys.exit(3)
+    print(f"rank {rank} passed: {rank_check.result()}", flush=True)
+''')
+
+
+def run_late_rank(tmp_path, *args: str) -> subprocess.CompletedProcess:
+    script = tmp_path / "late_rank.py"
+    script.write_text(LATE_RANK)
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
+                           str(_free_port()), str(script), *args], capture_output=True, text=True, timeout=300, env=env)
+
+
+@pytest.mark.slow
+def test_a_rank_late_by_one_and_a_half_short_windows_passes_within_the_groups_timeout(tmp_path):
+    """Rank 1 reaches the check 6 s after rank 0: 1.5x a 4 s window (the old per-rank 120 s default
+    stood in the same relation to a real job's cold-start lag). With the process group's 20 s as the
+    window, as the trainer itself would wait, both pass; with --otca_rank_check_timeout 4, both stop
+    and the message says rank 1 may just be slower than 4 s."""
+    done = run_late_rank(tmp_path, "20", "6")
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    for rank in (0, 1):
+        assert f"rank {rank} passed: " in done.stdout and "'window_s': 20.0" in done.stdout
+    done = run_late_rank(tmp_path, "20", "6", "4")
+    assert done.returncode != 0
+    assert "rank 0 stopped: " in done.stdout, done.stdout + done.stderr[-3000:]
+    assert "did not register within 4 s of the first rank's registration" in done.stdout
+    assert "slower than 4 s to get here (raise --otca_rank_check_timeout)" in done.stdout
+
+
+# ---- which reward checkpoints a rank loaded: compared by content, shown with their paths
+
+def test_the_entry_holds_each_registry_rewards_checkpoint_identity(tmp_path, monkeypatch):
+    import hashlib
+
+    data = bytes(range(256)) * 6144  # 1.5 MiB: only the first MiB is hashed
+    checkpoint = tmp_path / "clip.safetensors"
+    checkpoint.write_bytes(data)
+    monkeypatch.delenv("OTCA_CKPT_CLIP_T", raising=False)
+    config = OtcaConfig(otca=True, otca_rewards=("upstream", "clip_t"), otca_reward_ckpt={"clip_t": str(checkpoint)})
+    entry = rank_check.entry(config, SPEC_STUB, __file__)
+    assert entry["checkpoints"] == {"clip_t": {"path": str(checkpoint), "size": len(data),
+                                               "sha256_first_mib": hashlib.sha256(data[:1 << 20]).hexdigest()}}
+    assert "otca_reward_ckpt" not in entry["flags"]  # a node-local path: the content is compared instead
+    monkeypatch.setenv("OTCA_CKPT_CLIP_T", str(checkpoint))  # the same file through the variable: the same identity
+    assert rank_check.entry(OtcaConfig(otca=True, otca_rewards=("clip_t",)), SPEC_STUB, __file__)["checkpoints"] \
+        == entry["checkpoints"]
+
+
+def test_ranks_with_different_checkpoint_files_stop_naming_both_paths():
+    mine = {"clip_t": {"path": "/node-a/clip.pt", "size": 10, "sha256_first_mib": "a" * 64}}
+    store = dist.HashStore()
+    registered(store, 1, host="node-b", checkpoints={"clip_t": {"path": "/node-b/clip.pt", "size": 10,
+                                                                 "sha256_first_mib": "b" * 64}})
+    with pytest.raises(RankError) as caught:
+        check_ranks(store, 0, 2, {**ENTRY, "checkpoints": mine}, timeout=5)
+    assert ("rank 1 (host node-b) registered with different settings from rank 0 (host node-a): reward checkpoint "
+            "clip_t /node-b/clip.pt (10 bytes, sha256 of the first MiB bbbbbbbbbbbb) (rank 0: /node-a/clip.pt "
+            "(10 bytes, sha256 of the first MiB aaaaaaaaaaaa))") in str(caught.value)
+    store = dist.HashStore()  # the same content at another path passes
+    registered(store, 1, host="node-b", checkpoints={"clip_t": {**mine["clip_t"], "path": "/node-b/clip.pt"}})
+    assert check_ranks(store, 0, 2, {**ENTRY, "checkpoints": mine}, timeout=5)["world_size"] == 2

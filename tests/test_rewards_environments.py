@@ -176,3 +176,21 @@ def test_worker_stops_before_the_script_when_a_reward_library_is_missing(tmp_pat
     assert result["code"] == 2 and not (tmp_path / "ran").exists()
     lines = result["stderr"].strip().splitlines()
     assert len(lines) == 1 and "open_clip_torch" in lines[0] and "otca-patch[rewards]" in lines[0]
+
+
+def test_hpsv2s_vocabulary_is_copied_whole_under_its_own_name(tmp_path, monkeypatch):
+    """The copy lands under a private name and is renamed into place, so a rank that arrives while
+    another copies sees the whole file or none, and nothing partial is left behind."""
+    from otca_patch.rewards import clip_libs
+
+    source = clip_libs.bpe_vocab_file()
+    if source is None:
+        pytest.skip("no installed package ships CLIP's BPE vocabulary")
+    (tmp_path / "src" / "open_clip").mkdir(parents=True)
+    found = clip_libs._package_dir
+    monkeypatch.setattr(clip_libs, "_package_dir", lambda name: tmp_path if name == "hpsv2" else found(name))
+    monkeypatch.setattr(clip_libs.importlib, "import_module", lambda name: name)
+    assert clip_libs.import_hpsv2_open_clip() == clip_libs.HPSV2_OPEN_CLIP
+    folder = tmp_path / "src" / "open_clip"
+    assert (folder / clip_libs.BPE_VOCAB).read_bytes() == Path(source).read_bytes()
+    assert [p.name for p in folder.iterdir()] == [clip_libs.BPE_VOCAB]

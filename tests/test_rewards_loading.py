@@ -182,3 +182,24 @@ def test_option_values_stay_text_until_the_adapters_parameters_convert_them():
         convert_options("videoalign", _factory("videoalign"), {"fps": "fast"})
     with pytest.raises(ValueError, match=r"reward model 'clip_t' has no option 'modle_name'; its options: .*model_name"):
         convert_options("clip_t", _factory("clip_t"), {"modle_name": "x"})
+
+
+@pytest.mark.parametrize("name, hint", [
+    ("hpsv2", "--otca_reward_ckpt hpsv2=PATH"),
+    ("clip_t", "--otca_reward_ckpt clip_t=PATH"),
+])
+def test_missing_checkpoint_error_names_the_training_flag(name, hint, monkeypatch):
+    env_var, _ = EXPECTED[name]
+    monkeypatch.delenv(env_var, raising=False)
+    with pytest.raises(CheckpointError) as err:
+        load(name)
+    message = str(err.value)
+    assert hint in message and f"--reward_ckpt {name}=PATH" in message and env_var in message
+
+
+def test_a_second_file_names_its_option_flag(monkeypatch):
+    from otca_patch.rewards.aesthetic import CLIP_SPEC
+
+    monkeypatch.delenv(CLIP_SPEC.env_var, raising=False)
+    message = str(CLIP_SPEC.error(None, "no checkpoint path"))
+    assert "--otca_reward_opt aesthetic.clip_checkpoint=PATH" in message and "OTCA_CKPT_AESTHETIC_CLIP" in message

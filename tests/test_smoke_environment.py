@@ -5,6 +5,8 @@ import subprocess
 import sys
 import textwrap
 
+from free_port import free_port
+
 WORKER = textwrap.dedent("""
     import os, sys, torch, torch.distributed as dist
     dist.init_process_group("gloo")
@@ -42,7 +44,7 @@ def test_average_on_gloo_is_sum_over_world_size_where_gloo_rejects_avg(tmp_path)
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([repo, os.environ.get("PYTHONPATH", "")]))
     done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-                           "--master_port", str(29300 + os.getpid() % 300), str(script)],
+                           "--master_port", str(free_port()), str(script)],
                           capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     # means of [1, 0] and [3, 10]; of 0 and 1; sum of 1 and 2; max of 0 and 1; calls: AVG tried once

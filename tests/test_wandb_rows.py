@@ -33,9 +33,8 @@ def read_history(run_dir) -> dict:
     from wandb.sdk.internal import datastore
 
     [path] = list(run_dir.glob("run-*.wandb"))
-    for _ in range(40):  # the writer process may still be closing the file after finish()
-        if path.stat().st_size > 7:
-            break
+    deadline = time.monotonic() + 120  # the writer process may still be closing the file after finish()
+    while path.stat().st_size <= 7 and time.monotonic() < deadline:
         time.sleep(0.25)
     store = datastore.DataStore()
     store.open_for_scan(str(path))

@@ -6,6 +6,7 @@ Under CI (``CI=true``) a test that needs an upstream and finds none fails instea
 """
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import tarfile
@@ -45,14 +46,16 @@ def unpack_snapshot(archive_name: str) -> Path | None:
     stem = archive_name.removesuffix(".tar.gz")
     cache = Path(tempfile.gettempdir()) / "otca-upstream-snapshots" / stem
     done = cache / ".unpacked"
-    if not done.is_file() or done.read_text() != str(archive.stat().st_size):
-        staging = Path(tempfile.mkdtemp(prefix=f"{stem}-", dir=cache.parent if cache.parent.exists()
-                                        else _mkdir(cache.parent)))
-        with tarfile.open(archive) as tar:
-            tar.extractall(staging, filter="data") if hasattr(tarfile, "data_filter") else tar.extractall(staging)
-        shutil.rmtree(cache, ignore_errors=True)
-        staging.rename(cache)
-        done.write_text(str(archive.stat().st_size))
+    # one unpacker at a time: pytest-xdist workers and other suites on this machine share the folder
+    with open(_mkdir(cache.parent) / f"{stem}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.is_file() or done.read_text() != str(archive.stat().st_size):
+            staging = Path(tempfile.mkdtemp(prefix=f"{stem}-", dir=cache.parent))
+            with tarfile.open(archive) as tar:
+                tar.extractall(staging, filter="data") if hasattr(tarfile, "data_filter") else tar.extractall(staging)
+            shutil.rmtree(cache, ignore_errors=True)
+            staging.rename(cache)
+            done.write_text(str(archive.stat().st_size))
     folders = [p for p in cache.iterdir() if p.is_dir()]
     if len(folders) != 1:
         raise RuntimeError(f"{archive} should unpack to one folder, got {[p.name for p in folders]}")

@@ -93,10 +93,21 @@ def read_records(path: Path) -> tuple[list[tuple[int, dict]], list[str]]:
     return records, warnings
 
 
+#: steps, ranks and world sizes beyond this are no run's (and lose exactness as floats)
+_LARGEST_INTEGER = 2 ** 53
+
+
+class SkippedLine(LogError):
+    """A line no run writes (an integer out of any range): skipped with a warning, as unreadable lines are."""
+
+
 def _integer(path: Path, number: int, record: dict, key: str, default=None) -> int:
     value = record.get(key, default)
     if isinstance(value, bool) or not isinstance(value, int):
         raise LogError(f"{path}:{number}: {key!r} must be an integer, got {value!r}")
+    if abs(value) >= _LARGEST_INTEGER:
+        shown = str(value) if len(str(value)) <= 24 else f"{str(value)[:12]}... ({len(str(value))} digits)"
+        raise SkippedLine(f"{path}:{number}: {key!r} is {shown}, beyond any run's; skipped it")
     return value
 
 
@@ -171,7 +182,11 @@ def _from_run_log(path: Path, label: str) -> Run:
     objectives = None
     by_step: dict[int, dict[int, tuple[int, dict, np.ndarray]]] = {}
     for number, record in records:
-        rewards = _check_record(path, number, record, objectives)
+        try:
+            rewards = _check_record(path, number, record, objectives)
+        except SkippedLine as exc:
+            warnings.append(str(exc))
+            continue
         objectives = record["objectives"]
         note = _nonfinite_warning(path, number, rewards, objectives)
         if note:

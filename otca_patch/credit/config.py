@@ -17,6 +17,10 @@ FUSIONS = ("sample", "group")
 #: values, because their inputs (predicted clean samples, the sampler's noise per step) are not
 #: captured by any trainer's hooks yet.
 PEER_MODES = ("coca", "tempflow")
+#: The largest objective weight: the weights scale the advantages, which trainers keep in float32
+#: (max 3.4e38). A normalised advantage stays below sqrt(B) per objective, so even T = 1e3 steps,
+#: K = 1e2 objectives and B = 1e6 samples leave weights up to 1e20 far from overflow.
+MAX_OBJECTIVE_WEIGHT = 1e20
 #: Modes that multiply the combined advantage by TCD's step weights.
 STEP_WEIGHTED_MODES = frozenset({"otca", "tcd"})
 
@@ -35,7 +39,8 @@ class CreditConfig:
         adv_eps: added to the group std when normalising rewards (DanceGRPO's 1e-8).
         std_correction: Bessel correction of every std (1 = unbiased, as ``torch.std``).
         explore: MOCA's exploration bias beta (>= 0); 0 is the pure minimum-norm fusion.
-        objective_weights: s_k per objective (length K, >= 0); ``None`` means all ones.
+        objective_weights: s_k per objective (length K, each in [0, ``MAX_OBJECTIVE_WEIGHT``], not all 0);
+            ``None`` means all ones.
         std_scope: ``group`` (the spec: each group's std) or ``batch`` (one std over the whole
             batch, with the group's mean: FlowGRPO's ``global_std=True``). An option, not a default.
         weight_scope: ``sample`` (the spec) or ``batch``: every sample's step weights come from the
@@ -98,11 +103,15 @@ class CreditConfig:
             weights = tuple(float(w) for w in self.objective_weights)
             if not weights:
                 raise ValueError("objective_weights: must name at least one weight (or be None for all ones)")
-            bad = [i for i, w in enumerate(weights) if not math.isfinite(w) or w < 0]
+            bad = [i for i, w in enumerate(weights) if not math.isfinite(w) or not 0 <= w <= MAX_OBJECTIVE_WEIGHT]
             if bad:
                 raise ValueError(
-                    f"objective_weights: must be finite and >= 0; index {bad[0]} is {weights[bad[0]]}"
+                    f"objective_weights: must be finite, >= 0 and at most {MAX_OBJECTIVE_WEIGHT:g} (they scale the "
+                    f"float32 advantages); index {bad[0]} is {weights[bad[0]]:g}"
                 )
+            if not any(weights):
+                raise ValueError(f"objective_weights: all {len(weights)} are 0, so every advantage would be 0 and "
+                                 f"nothing would train; give at least one weight > 0")
             object.__setattr__(self, "objective_weights", weights)
 
     @property

@@ -76,7 +76,8 @@ def compute_credit(rewards, latents: torch.Tensor, group_ids, config: Optional[C
     Returns:
         ``Credit`` with ``advantages [B, T]`` and every intermediate quantity.
     Raises:
-        ValueError naming the argument for any malformed input. Inputs are never modified.
+        ValueError naming the argument for any malformed input, and when an advantage comes out
+        non-finite (never returned for training). Inputs are never modified.
     """
     config = config if config is not None else CreditConfig()
     rewards = _check_rewards(rewards)
@@ -197,6 +198,7 @@ def _credit(rewards, delta_s, group_ids, config: CreditConfig, similarity, peer_
                                                              index, n_groups)
 
     out = lambda t: t.to(_OUT)  # noqa: E731
+    _check_finite_advantages(out(advantages), config)
     return Credit(
         similarity=None if similarity is None else out(similarity),
         delta_s=out(delta_s), step_share=out(share), step_weights=out(weights_per_step),
@@ -263,6 +265,19 @@ def _check_finite_tensor(name: str, values: torch.Tensor) -> None:
     if not finite.all():
         first = tuple(int(i) for i in (~finite).nonzero()[0])
         raise ValueError(f"{name}: non-finite value {values[first].item()} at index {list(first)}")
+
+
+def _check_finite_advantages(advantages: torch.Tensor, config: CreditConfig) -> None:
+    """A non-finite advantage is an error, never a training signal (upstream's clipping would turn
+    +-inf into its bound and train on). One reduction; the position is looked up on the error path only."""
+    if bool(torch.isfinite(advantages).all()):
+        return
+    bad = ~torch.isfinite(advantages)
+    sample, step = (int(i) for i in bad.nonzero()[0])
+    raise ValueError(f"credit: {int(bad.sum())} of {advantages.numel()} advantages are not finite (first: sample "
+                     f"{sample}, step {step}: {advantages[sample, step].item()}) in mode {config.mode} with objective "
+                     f"weights {list(config.objective_weights) if config.objective_weights else 'all 1'}; "
+                     f"refusing to train on them")
 
 
 def _raise_non_finite_latents(latents: torch.Tensor) -> None:

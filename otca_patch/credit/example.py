@@ -1,7 +1,8 @@
 """``otca-patch credit``: the credit engine on a small built-in example, printed as tables.
 
-Two prompts, four samples each, eight denoising steps, three objectives of which two disagree on
-some samples: enough to see TCD's step weights and MOCA's mixtures and cancellations.
+Two prompts, four samples each, eight denoising steps, three objectives that agree on some samples
+and disagree on others: enough to see TCD's step weights, MOCA's mixtures, its cancellations (a
+combined advantage of 0 where the objectives disagree) and its exploration bias.
 """
 from __future__ import annotations
 
@@ -27,8 +28,8 @@ def example_batch(seed: int = 0, steps: int = 8, group_size: int = 4, prompts: i
     progress = torch.cat([torch.zeros(batch, 1), pace.cumsum(1) / pace.sum(1, keepdim=True)], dim=1)
     latents = (1 - progress)[..., None, None] * noise[:, None] + progress[..., None, None] * sample[:, None]
     colour = torch.randn(batch, generator=generator)
-    brightness = -0.8 * colour + 0.6 * torch.randn(batch, generator=generator)  # conflicts with colour
-    contrast = 0.5 * colour + torch.randn(batch, generator=generator)
+    brightness = 0.6 * colour + 0.8 * torch.randn(batch, generator=generator)  # agrees with colour, not always
+    contrast = 0.8 * colour + 0.5 * torch.randn(batch, generator=generator)
     rewards = torch.stack([colour, brightness, contrast], dim=1)
     return rewards, latents, group_ids_from_size(batch, group_size)
 
@@ -57,5 +58,9 @@ def main(argv=None) -> int:
     summary = credit.summary()
     print(f"\nobjectives in conflict on {summary['conflict_share']:.0%} of samples; "
           f"exploration bias on {summary['explored_share']:.0%}")
-    print("advantage per step, sample 0:", _row(credit.advantages[0]))
+    if args.mode in ("moca", "otca"):
+        print("a combined 0.000: the objectives' advantages disagree in sign on that sample and cancel "
+              "(MOCA's minimum-norm rule); their mean is not positive, so no exploration bias keeps a step")
+    shown = int(credit.combined.abs().argmax())  # a sample that trains: its advantage is not all zero
+    print(f"advantage per step, sample {shown} (the largest |combined|):", _row(credit.advantages[shown]))
     return 0

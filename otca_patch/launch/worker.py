@@ -8,8 +8,10 @@ with status 2 and a message naming what is wrong: it never runs the script unpat
 """
 from __future__ import annotations
 
+import json
 import os
 import runpy
+import socket
 import sys
 
 USAGE = "usage: otca-patch run SCRIPT [ARGS ...] [--otca ...]"
@@ -17,6 +19,23 @@ USAGE = "usage: otca-patch run SCRIPT [ARGS ...] [--otca ...]"
 COMMAND_VARIABLE = "OTCA_PATCH_COMMAND"
 #: set by ``otca-patch launch``: the file each started process of the launch appends a line to
 RECORD_VARIABLE = "OTCA_PATCH_RECORD"
+#: the record's line for a process that stopped: ``{"event": "error", ...}``, one JSON line (the
+#: launch relays the first one when it ends; other lines are ``KIND<TAB>SCRIPT...``)
+ERROR_EVENT = "error"
+
+
+def record_error(message: str, script: str = "") -> None:
+    """Tell the launch why this process stopped (the launch's end names the first such error)."""
+    record = os.environ.get(RECORD_VARIABLE)
+    if not record:
+        return
+    line = json.dumps({"event": ERROR_EVENT, "pid": os.getpid(), "host": socket.gethostname(),
+                       "rank": os.environ.get("RANK"), "script": script, "message": message})
+    try:
+        with open(record, "a") as handle:  # one write of one line: atomic with O_APPEND
+            handle.write(line + "\n")
+    except OSError:
+        pass  # the record only serves the launch's summary; the error itself is printed
 
 
 def record_targeted(script: str, spec) -> None:
@@ -52,6 +71,11 @@ def main(argv=None, command: str | None = None) -> int:
         from ..config import config_from_environment
         from ..hooks.errors import PatchError
 
+        from ..config import environment_flags_note
+
+        note = environment_flags_note(command)
+        if note and os.environ.get("RANK", "0") == "0":
+            print(note, file=sys.stderr, flush=True)
         if not os.path.isfile(script):
             raise ValueError(f"script {script} does not exist (working directory {os.getcwd()})")
         config, upstream_argv = config_from_environment(rest)
@@ -72,12 +96,21 @@ def main(argv=None, command: str | None = None) -> int:
         record_targeted(script, choice.spec)
     except Exception as exc:  # before the script starts: every failure stops the process, clearly
         print(f"{command}: error: {exc}", file=sys.stderr)
+        record_error(str(exc), script)
         return 2
     try:
         exec(code, namespace)
     except PatchError as exc:  # a run-time invariant does not hold (before the first optimizer step)
         print(f"{command}: error: {exc}", file=sys.stderr)
+        record_error(str(exc), script)
         return 2
+    except SystemExit as exc:
+        if exc.code not in (None, 0):
+            record_error(f"exited with status {exc.code}", script)
+        raise
+    except Exception as exc:  # the trainer's own failure (or the credit's refusal): its traceback follows
+        record_error(f"{type(exc).__name__}: {exc}", script)
+        raise
     return 0
 
 

@@ -39,8 +39,8 @@ from ..hooks.rewrite import compile_target
 from ..hooks.select import choose_spec
 from ..hooks.source import read_source
 from ..hooks.spec import TargetSpec, load_specs
-from . import watch
-from .worker import COMMAND_VARIABLE, RECORD_VARIABLE
+from . import reach, watch
+from .worker import COMMAND_VARIABLE, ERROR_EVENT, RECORD_VARIABLE
 
 PROG = "otca-patch launch"
 STARTUP_DIR = Path(__file__).resolve().parent / "startup"
@@ -55,16 +55,99 @@ def preflight(launch_script: Path, workdir: Path, text: str | None, specs: list[
     """Check the hook points of every targeted upstream file the launch script (or the command
     line ``text``) names, before any process starts (each worker checks again). Returns the files
     checked; raises ``PatchError``."""
-    text = launch_script.read_text(errors="replace") if text is None else text
+    text = command_text(launch_script, workdir, None) if text is None else text
     checked = []
     for file in dict.fromkeys(spec.file for spec in specs):  # a path several upstreams share: its content picks
-        path = workdir / file
-        if not re.search(re.escape(file) + r"\b", text) or not path.is_file():
+        path = next((p for p in reach.named_paths(file, text, workdir) if p.is_file()), None)
+        if path is None:
             continue
         choice = choose_spec(path, [spec for spec in specs if spec.file == file])
         compile_target(read_source(str(path)), choice.spec, str(path))
         checked.append(f"{file} [{choice.spec.name}]")
     return checked
+
+
+def command_text(launch_script: Path | None, workdir: Path, text: str | None) -> str:
+    """The launch's text: the command line, or the script with the shell scripts it runs."""
+    text = launch_script.read_text(errors="replace") if text is None else text
+    return reach.launch_text(text, workdir)
+
+
+def unreachable(launch_script: Path | None, workdir: Path, text: str, specs: list[TargetSpec],
+                config: OtcaConfig) -> str | None:
+    """Why this ``--otca`` launch can reach no targeted trainer from ``workdir`` (called when the
+    pre-flight checked none), or ``None`` when it cannot tell (a script path built at run time: each
+    process is checked as it starts)."""
+    literal, built = reach.python_entries(text)
+    if built:
+        return None
+    what = str(launch_script) if launch_script is not None else f"`{text.strip()}`"
+    named = [spec.file for spec in specs if reach.named_paths(spec.file, text, workdir)]
+    named = list(dict.fromkeys(named))
+    starts = [workdir] + ([launch_script.resolve().parent] if launch_script is not None else [])
+    nearby = reach.nearby_checkouts(starts, specs)
+    here = reach.present(workdir, specs)
+    if named:  # it runs a targeted file, but not one under this directory: run from the checkout
+        holding = {d: files for d, files in nearby.items() if set(named) & set(files)}
+        problem = (f"{what} runs {reach.shown_files(named)}, which is not under the current directory {workdir}, "
+                   f"so no process would train with the layer")
+        return problem + "; " + _run_from_checkout(holding or nearby, launch_script, config)
+    if here:  # run from a checkout, but the script runs none of its targets
+        copy = _copy_of(literal, workdir, specs)
+        if copy:
+            return copy
+        runs = f"it runs {reach.shown_files(literal)}" if literal else "it names no Python script or module"
+        return (f"{what} runs no trainer the layer targets ({runs}), so --otca would change nothing; targeted "
+                f"trainers here: {reach.shown_files(here)}. Launch one of their scripts, run this one without "
+                f"--otca, or, for a copy of a targeted trainer, add --otca_target NAME=PATH")
+    runs = f"it runs {reach.shown_files(literal)}" if literal else "it names no Python script or module"
+    return (f"{what} reaches no trainer the layer targets from the current directory {workdir} ({runs}); "
+            + _run_from_checkout(nearby, launch_script, config))
+
+
+def _run_from_checkout(checkouts: dict, launch_script: Path | None, config: OtcaConfig) -> str:
+    if not checkouts:
+        return ("run from the upstream checkout (no folder near here or near the script holds a targeted file; "
+                "`otca-patch doctor CHECKOUT` lists them)")
+    root, files = next(iter(checkouts.items()))
+    flags = shlex.join(config.to_argv())
+    if launch_script is not None:
+        script = Path(os.path.relpath(launch_script.resolve(), root))
+        how = f"`cd {shlex.quote(str(root))} && {PROG} {shlex.quote(str(script))} {flags}`"
+    else:
+        how = f"`cd {shlex.quote(str(root))} && {PROG} {flags} -- ...`"
+    others = [str(d) for d in list(checkouts)[1:]]
+    return (f"run from the upstream checkout: {how}. Targets found nearby: {root} ({reach.shown_files(files)})"
+            + (f"; also {', '.join(others)}" if others else ""))
+
+
+def _copy_of(entries: list[str], workdir: Path, specs: list[TargetSpec]) -> str | None:
+    """The startup hook's message for a launched script that is a copy of a targeted trainer (by
+    doctor's rule, ``coverage.closest_spec``), said before anything runs."""
+    from ..hooks.coverage import closest_spec
+
+    for entry in entries:
+        path = workdir / os.path.expanduser(entry)
+        if entry.startswith("-m ") or not path.is_file():
+            continue
+        found = closest_spec(path, workdir, specs)
+        if found:
+            spec, share = found
+            return (f"{entry} is not a file the layer targets but a copy of {spec.file} (spec {spec.name}: "
+                    f"{share:.0%} of its lines), so it would train unpatched; run it patched with --otca_target "
+                    f"{spec.name}={entry} among the otca-patch flags, or launch without --otca")
+    return None
+
+
+def setup_note(text: str) -> str:
+    """The pre-flight line's clause on set-up commands that the script runs before training."""
+    commands = reach.setup_commands(text)
+    if not commands:
+        return ""
+    shown = ", ".join(f"`{c if len(c) <= 60 else c[:57] + '...'}`" for c in commands[:5])
+    more = f" and {len(commands) - 5} more" if len(commands) > 5 else ""
+    return (f"; before training, the script runs set-up commands that change this machine or environment, "
+            f"now: {shown}{more}")
 
 
 def check_explicit(specs: list[TargetSpec]) -> list[str]:
@@ -137,10 +220,40 @@ def read_record(path: Path) -> tuple[list[str], list[str]]:
     except OSError:
         lines = []
     for line in lines:
+        if line.startswith("{"):  # an event (worker.record_error), not a script line
+            continue
         kind, _, rest = line.partition("\t")
         if kind in ("targeted", "ran"):
             (targeted if kind == "targeted" else ran)[rest.split("\t")[0]] = None
     return list(targeted), [s for s in ran if s not in targeted]
+
+
+def first_error(path: Path) -> dict | None:
+    """The first error a process of the launch reported (``worker.record_error``), or None."""
+    import json
+
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        if line.startswith("{"):
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(event, dict) and event.get("event") == ERROR_EVENT:
+                return event
+    return None
+
+
+def failure_message(event: dict) -> str:
+    """The end of a failed launch: which process stopped first, and why."""
+    who = ", ".join(filter(None, [f"rank {event['rank']}" if event.get("rank") is not None else "",
+                                  f"host {event.get('host')}", f"pid {event.get('pid')}"]))
+    script = event.get("script") or "a process"
+    shown = os.path.relpath(script) if os.path.isabs(script) else script
+    return f"the launch failed; the first error a process reported ({shown}, {who}): {event.get('message')}"
 
 
 def no_target_message(ran: list[str]) -> str:
@@ -218,6 +331,26 @@ def remote_launcher(text: str) -> str:
     return ""
 
 
+#: a dash the user meant as the two of ``--otca`` (``-otca``, a typographic dash pasted from a page)
+_DASHES = "-\u2010\u2011\u2012\u2013\u2014\u2015\u2212"
+
+
+def misspelled_flag(tokens: list[str]) -> str | None:
+    """The message for an argument that looks like an otca-patch flag but is not one (``-otca``,
+    ``—otca_mode``, ``--OTCA``): upstream's script would get it and the layer would stay off."""
+    from ..flags import flag_names
+    from ..suggest import did_you_mean
+
+    known = sorted(flag_names(OtcaConfig))
+    for token in tokens:
+        name = token.split("=", 1)[0]
+        if re.match(f"[{_DASHES}]+otca", name, re.IGNORECASE) and name not in known:
+            meant = "--" + name.lstrip(_DASHES).lower()
+            hint = f"; did you mean {meant}?" if meant in known else did_you_mean(name, known)
+            return f"{name} is not an otca-patch flag (they start with two ASCII dashes){hint}"
+    return None
+
+
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
@@ -228,9 +361,9 @@ def main(argv=None) -> int:
         flags, command = argv[:split], argv[split + 1:]
         if not command:
             return error("nothing to run after --")
-        launch_script, command_text = None, shlex.join(command)
+        launch_script, command_line = None, shlex.join(command)
     else:
-        launch_script, flags, command_text = Path(argv[0]), argv[1:], None
+        launch_script, flags, command_line = Path(argv[0]), argv[1:], None
         if not launch_script.is_file():
             return error(f"launch script {launch_script} does not exist")
     try:
@@ -239,6 +372,13 @@ def main(argv=None) -> int:
         return error(str(exc))
     if launch_script is None and rest:
         return error(f"before -- only otca-patch flags go, got {shlex.join(rest)}")
+    misspelled = misspelled_flag(rest)
+    if misspelled:
+        return error(misspelled)
+    given = [token for token in flags if token.split("=", 1)[0].startswith("--otca")]
+    if given and not config.active:
+        return error(f"{shlex.join(config.to_argv()) or ' '.join(given)}: otca-patch flags without --otca or --otca_observe would run the upstream "
+                     f"script untouched; add --otca (or --otca_observe), or drop them")
     if launch_script is not None:
         command = ["bash", str(launch_script), *rest]
         remote = remote_launcher(launch_script.read_text(errors="replace"))
@@ -259,8 +399,12 @@ def main(argv=None) -> int:
     try:
         specs = load_specs()
         explicit = explicit_specs(config.otca_target, specs, workdir)
-        checked = (preflight(launch_script, workdir, command_text, not_overridden(specs, explicit, workdir))
+        text = command_text(launch_script, workdir, command_line)
+        checked = (preflight(launch_script, workdir, text, not_overridden(specs, explicit, workdir))
                    + check_explicit(explicit))
+        problem = None if checked else unreachable(launch_script, workdir, text, specs, config)
+        if problem:
+            raise ValueError(problem)
         # the trainers this launch runs: those it names, else this checkout's, else any
         named = [spec for spec in specs if spec.file in checked] + explicit
         present = [spec for spec in specs if (workdir / spec.file).is_file()]
@@ -275,17 +419,22 @@ def main(argv=None) -> int:
                 ENV_SHAPES: shapes(specs, workdir), RECORD_VARIABLE: str(record), COMMAND_VARIABLE: PROG,
                 "PYTHONPATH": os.pathsep.join([str(STARTUP_DIR), *filter(None, [env.get("PYTHONPATH")])])})
     print(f"{PROG}: layer installed ({shlex.join(config.to_argv())}); hook points hold in: "
-          f"{', '.join(checked) or 'no targeted file found under the current directory yet'}", file=sys.stderr)
+          f"{', '.join(checked) or 'no file yet: the script builds its trainer path at run time, so each process is checked as it starts'}"
+          f"{setup_note(text)}", file=sys.stderr)
     sys.stdout.flush()
     tree = watch.TreeWatch(record, STARTUP_DIR, RECORD_VARIABLE) if watch.available() else None
     try:
         code = run_and_wait(command, env, tree)
         targeted, ran = read_record(record)
+        failure = first_error(record)
     finally:
         record.unlink(missing_ok=True)
         keys.unlink(missing_ok=True)
     if tree is not None and tree.stopped:  # said why already
         return code
+    if failure is not None and (code or not targeted):
+        error(failure_message(failure))
+        return code or 2
     if not targeted:
         error(no_target_message(ran))
         return code or 2

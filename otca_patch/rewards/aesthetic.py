@@ -27,6 +27,7 @@ HEAD_SPEC = CheckpointSpec(
 CLIP_SPEC = CheckpointSpec(
     model="aesthetic",
     env_var="OTCA_CKPT_AESTHETIC_CLIP",
+    option="clip_checkpoint",
     expected="open_clip ViT-L-14 OpenAI weights (open_clip_model.safetensors or open_clip_pytorch_model.bin "
              "from huggingface timm/vit_large_patch14_clip_224.openai), or the transformers CLIP folder "
              "openai/clip-vit-large-patch14, as the backbone for sac+logos+ava1-l14-linearMSE.pth",
@@ -35,6 +36,7 @@ CLIP_SPEC = CheckpointSpec(
 
 
 class AestheticReward(RewardModel):
+    checkpoint_slots = (("checkpoint", HEAD_SPEC, True), ("clip_checkpoint", CLIP_SPEC, True))
     """score = head(normalize(clip.encode_image(x))); roughly 1..10 for the published head; ``[B]``."""
 
     name = "aesthetic"

@@ -32,38 +32,77 @@ class CheckpointSpec:
     """What one checkpoint slot of a reward model expects.
 
     model: reward name ("hpsv2"); env_var: where to look when no path is given;
-    expected: the published file, for error messages; kind: "file", "dir" or "any".
+    expected: the published file, for error messages; kind: "file", "dir" or "any";
+    option: the loader's keyword for a second file (aesthetic's ``clip_checkpoint``), None for the
+    model's own checkpoint.
     """
 
     model: str
     env_var: str
     expected: str
     kind: str = "file"
+    option: Optional[str] = None
 
-    def error(self, path: Optional[PathLike], problem: str) -> CheckpointError:
+    def how_to_give(self) -> str:
+        """The flag a training run and ``otca-patch eval`` take for this file, the keyword, the variable."""
+        if self.option is None:
+            return (f"pass --otca_reward_ckpt {self.model}=PATH to the training run (otca-patch eval: "
+                    f"--reward_ckpt {self.model}=PATH; Python: checkpoint=PATH) or set {self.env_var}")
+        return (f"pass --otca_reward_opt {self.model}.{self.option}=PATH to the training run (otca-patch eval: "
+                f"--reward_opt {self.model}.{self.option}=PATH; Python: {self.option}=PATH) or set {self.env_var}")
+
+    def error(self, path: Optional[PathLike], problem: str, given_as: Optional[str] = None) -> CheckpointError:
+        """``given_as``: how the caller passes the path (a launch: ``--otca_reward_ckpt NAME=PATH``); by
+        default every way (``how_to_give``)."""
         tried = f"path tried: {path}" if path is not None else f"no path given and ${self.env_var} is unset"
         return CheckpointError(
             f"reward model {self.model!r}: {problem}; {tried}; expected {self.expected} "
-            f"(pass checkpoint=PATH or set {self.env_var})")
+            f"({f'pass {given_as} or set {self.env_var}' if given_as else self.how_to_give()})")
 
 
 def resolve(spec: CheckpointSpec, explicit: Optional[PathLike] = None,
-            env: Optional[Mapping[str, str]] = None) -> Path:
+            env: Optional[Mapping[str, str]] = None, given_as: Optional[str] = None) -> Path:
     """The existing local path for ``spec``: ``explicit`` if given, else ``$spec.env_var``."""
     env = os.environ if env is None else env
     raw = explicit if explicit is not None else env.get(spec.env_var) or None
     if raw is None:
-        raise spec.error(None, "no checkpoint path")
+        raise spec.error(None, "no checkpoint path", given_as)
     path = Path(raw).expanduser()
     if not path.exists():
-        raise spec.error(path, "checkpoint not found")
+        raise spec.error(path, "checkpoint not found", given_as)
     if spec.kind == "file" and not path.is_file():
-        raise spec.error(path, "expected a file, found a directory")
+        raise spec.error(path, "expected a file, found a directory", given_as)
     if spec.kind == "dir" and not path.is_dir():
-        raise spec.error(path, "expected a directory")
+        raise spec.error(path, "expected a directory", given_as)
     if not os.access(path, os.R_OK):
-        raise spec.error(path, "checkpoint is not readable")
+        raise spec.error(path, "checkpoint is not readable", given_as)
     return path
+
+
+#: how much of a checkpoint file its identity hashes (enough to tell two different files apart)
+IDENTITY_BYTES = 1 << 20
+
+
+def identity(path: Path) -> dict:
+    """What tells two ranks' checkpoints apart without reading them whole: path, size in bytes and
+    the sha256 of the first MiB. A folder (a ``save_pretrained`` layout): its files' total size, and
+    the hash of their relative names and sizes followed by the first MiB of the largest one."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    if path.is_dir():
+        files = sorted(p for p in path.rglob("*") if p.is_file())
+        sizes = [p.stat().st_size for p in files]
+        for file, size in zip(files, sizes):
+            digest.update(f"{file.relative_to(path).as_posix()}\0{size}\n".encode())
+        head = max(zip(sizes, files))[1] if files else None
+        size = sum(sizes)
+    else:
+        head, size = path, path.stat().st_size
+    if head is not None:
+        with open(head, "rb") as handle:
+            digest.update(handle.read(IDENTITY_BYTES))
+    return {"path": str(path), "size": size, "sha256_first_mib": digest.hexdigest()}
 
 
 def load_state_dict(spec: CheckpointSpec, path: Path, key: Optional[str] = None) -> Dict[str, torch.Tensor]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 import shutil
 import warnings
 from pathlib import Path
@@ -89,9 +90,14 @@ def import_hpsv2_open_clip(needed_by: str = "reward model 'hpsv2'"):
         if source is None:
             raise MissingPackage(f"{needed_by}: hpsv2's tokenizer vocabulary {target} is missing (its wheel omits "
                                  f"it) and no open_clip_torch ships a copy: {REWARDS_EXTRA}")
+        # every rank of a launch (and every test worker) may arrive here at once: a reader must see
+        # the whole file or none, so the copy lands under a private name and is renamed into place
+        partial = target.with_name(f".{BPE_VOCAB}.{os.getpid()}.partial")
         try:
-            shutil.copyfile(source, target)
+            shutil.copyfile(source, partial)
+            os.replace(partial, target)
         except OSError as exc:
+            partial.unlink(missing_ok=True)
             raise MissingPackage(f"{needed_by}: hpsv2's tokenizer vocabulary is missing; copy it by hand: "
                                  f"cp {source} {target} ({exc})") from exc
     with warnings.catch_warnings():

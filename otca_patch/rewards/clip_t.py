@@ -29,6 +29,8 @@ SPEC = CheckpointSpec(
 
 
 class ClipTReward(RewardModel):
+    #: (parameter, where its file is looked for, whether it must be there): checked before a launch
+    checkpoint_slots = (("checkpoint", SPEC, True),)
     """score = cos(image_emb, text_emb) in [-1, 1]; ``[B]`` float32."""
 
     name = "clip_t"

@@ -27,6 +27,7 @@ SPEC = CheckpointSpec(
 
 
 class HPSv2Reward(RewardModel):
+    checkpoint_slots = (("checkpoint", SPEC, True),)
     """HPSv2.1 score, about 0.2..0.35 for real weights; ``[B]`` float32."""
 
     name = "hpsv2"

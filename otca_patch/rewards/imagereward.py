@@ -43,6 +43,7 @@ SPEC = CheckpointSpec(
 TOKENIZER_SPEC = CheckpointSpec(
     model="imagereward",
     env_var="OTCA_CKPT_IMAGEREWARD_TOKENIZER",
+    option="tokenizer",
     expected="the bert-base-uncased tokenizer folder (vocab.txt, tokenizer_config.json; huggingface "
              "google-bert/bert-base-uncased)",
     kind="dir",
@@ -116,6 +117,7 @@ def _vision_shape(sd, heads: Optional[int]):
 
 
 class ImageRewardReward(RewardModel):
+    checkpoint_slots = (("checkpoint", SPEC, True), ("tokenizer", TOKENIZER_SPEC, False))  # tokenizer: found beside
     """ImageReward (normalised; about -2..2); ``[B]`` float32."""
 
     name = "imagereward"

@@ -33,6 +33,7 @@ SPEC = CheckpointSpec(
 PROCESSOR_SPEC = CheckpointSpec(
     model="pickscore",
     env_var="OTCA_CKPT_PICKSCORE_PROCESSOR",
+    option="processor",
     expected="the laion/CLIP-ViT-H-14-laion2B-s32B-b79K processor folder (preprocessor_config.json + "
              "tokenizer files)",
     kind="dir",
@@ -52,6 +53,7 @@ def _crop_size(image_processor) -> int:
 
 
 class PickScoreReward(RewardModel):
+    checkpoint_slots = (("checkpoint", SPEC, True), ("processor", PROCESSOR_SPEC, False))  # processor: the model's
     """PickScore; ``[B]`` float32."""
 
     name = "pickscore"

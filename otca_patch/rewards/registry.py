@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import os
 import types
 import typing
 from pathlib import Path
@@ -65,6 +66,27 @@ def load(name: str, checkpoint: Optional[Union[str, Path]] = None, device: Union
     if dtype is not None:
         kwargs["dtype"] = dtype
     return factory(checkpoint=checkpoint, device=device, **kwargs)
+
+
+def checkpoint_paths(name: str, checkpoint: Optional[str] = None, options: Optional[dict] = None,
+                     env: Optional[dict] = None) -> Dict[str, Path]:
+    """``{parameter: existing path}`` of reward ``name``'s checkpoint files, resolved as its loader
+    resolves them (``checkpoint`` or the option, else its ``OTCA_CKPT_*`` variable), without building
+    the model; a slot that may stay empty is left out when nothing names it. Raises
+    ``CheckpointError`` saying which ``--otca_reward_ckpt`` / ``--otca_reward_opt`` flag gives it."""
+    from .checkpoints import resolve
+
+    env = os.environ if env is None else env
+    options = options or {}
+    paths = {}
+    for parameter, spec, required in getattr(_factory(name), "checkpoint_slots", ()):
+        given = checkpoint if parameter == "checkpoint" else options.get(parameter)
+        if given is None and not required and not env.get(spec.env_var):
+            continue  # the loader looks beside the model (imagereward's tokenizer, pickscore's processor)
+        flag = (f"--otca_reward_ckpt {name}=PATH" if parameter == "checkpoint"
+                else f"--otca_reward_opt {name}.{parameter}=PATH")
+        paths[parameter] = resolve(spec, given, env, given_as=flag)
+    return paths
 
 
 def check_options(name: str, options: dict) -> None:

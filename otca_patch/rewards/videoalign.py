@@ -109,6 +109,7 @@ def check_weights(folder: Path) -> None:
 
 
 class VideoAlignReward(RewardModel):
+    checkpoint_slots = (("checkpoint", SPEC, True),)
     """VideoAlign VQ / MQ / TA. ``score_all -> [B, 3]``; ``score -> [B]`` (their sum)."""
 
     name = "videoalign"

@@ -24,7 +24,7 @@ from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
-from ..config import ENV_ARGS, config_from_environment
+from ..config import ENV_ARGS, config_from_environment, environment_flags_note
 from ..flags import add_flags, from_namespace
 from ..hooks.checkout import check_upstream_dir
 from ..hooks.errors import PatchError
@@ -101,6 +101,9 @@ def build_parser(sizes_type) -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    note = environment_flags_note("otca-patch smoke")
+    if note and os.environ.get("RANK", "0") == "0":
+        print(note, file=sys.stderr, flush=True)
     try:
         # as a launched process: $OTCA_PATCH_ARGS, then the flags given here
         config, rest = config_from_environment(argv)

@@ -48,7 +48,7 @@ def lora_transformer(sizes: Sizes) -> torch.nn.Module:
         transformer._no_split_modules = [module.__name__ for module in no_split_modules]
         fsdp_kwargs["auto_wrap_policy"] = fsdp_kwargs["auto_wrap_policy"](transformer)
         # FSDP's sync_module_states broadcasts from GPU memory only; every rank here builds the same
-        # seeded weights, so there is nothing to synchronise (README: upstream environment)
+        # seeded weights, so there is nothing to synchronise (docs/dancegrpo.md: DanceGRPO's environment)
         fsdp_kwargs["sync_module_states"] = False
         return FSDP(transformer, **fsdp_kwargs)
 

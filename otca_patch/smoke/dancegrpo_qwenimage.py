@@ -7,7 +7,7 @@ bfloat16 mixed precision, under real FSDP in a gloo world; HPSv2 through hpsv2's
 checkpoint; prompt embeddings ``[1, L, 32]`` with a padding mask and ``original_length`` as upstream's
 dataset gives them.
 
-Replaced in the smoke run only (README: upstream environment): upstream's ``fsdp_wrapper`` passes
+Replaced in the smoke run only (docs/dancegrpo.md: DanceGRPO's environment): upstream's ``fsdp_wrapper`` passes
 ``device_id=rank % torch.cuda.device_count()``, a division by zero without a GPU; the smoke run builds
 the same ``FSDP(...)`` (policy, mixed precision, sharding, prefetch, ``use_orig_params``) with the CPU
 as its device.

@@ -6,7 +6,7 @@ run executes upstream's whole ``main`` through absl's ``app.run`` with upstream'
 holding what ``main`` reads from its working directory: a tiny pipeline in ``./data/stable-diffusion-v1-4``
 (``tiny_sd.py``), a tiny HPSv2 checkpoint in ``./hps_ckpt/`` and ``./assets/prompts.txt``.
 
-Replaced in the smoke run only, and why (README: upstream environment):
+Replaced in the smoke run only, and why (docs/dancegrpo.md: DanceGRPO's environment):
 - hpsv2's ``create_model_and_transforms('ViT-H-14', './hps_ckpt/open_clip_pytorch_model.bin', ...)``
   builds the tiny HPS architecture without a pretrained file (ViT-H-14 is 1B parameters);
 - ``torch.load(cp, map_location='cuda')`` of the HPS checkpoint loads onto the CPU (no CUDA here).

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 import upstream_snapshots as snapshots
+from free_port import free_port
 from upstream_snapshots import upstream_checkout
 
 REPO = Path(__file__).resolve().parents[2]
@@ -70,7 +71,7 @@ def run_smoke(upstream: Path, out: Path, *flags: str, env: dict | None = None, n
     command = [sys.executable, *SMOKE, str(upstream), str(out), *flags]
     if nproc > 1:
         command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc),
-                   "--master_port", str(29700 + os.getpid() % 200), *SMOKE, str(upstream), str(out), *flags]
+                   "--master_port", str(free_port()), *SMOKE, str(upstream), str(out), *flags]
     completed = subprocess.run(command, capture_output=True, text=True, timeout=900,
                                env={**os.environ, **(env or {})}, cwd=REPO)
     if check and completed.returncode != 0:
@@ -188,7 +189,7 @@ def accelerate_launch(nproc: int) -> list[str]:
     command = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", str(nproc),
                "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"]
     if nproc > 1:
-        command += ["--multi_gpu", "--main_process_port", str(29500 + os.getpid() % 400)]
+        command += ["--multi_gpu", "--main_process_port", str(free_port())]
     return command
 
 

@@ -13,6 +13,8 @@ import torch
 
 from otca_patch.credit import CreditConfig, credit_from_progress
 
+from free_port import free_port
+
 from .conftest import REPO, run_smoke
 
 pytestmark = pytest.mark.upstream
@@ -45,13 +47,14 @@ def launch(checkout, line, *flags):
 
 
 def test_the_copied_trainer_stops_before_any_of_its_code_runs_and_names_the_flux_spec(checkout):
-    done = launch(checkout, f"torchrun --nproc_per_node 1 --master_port {29600 + os.getpid() % 100} {MINE} "
+    done = launch(checkout, f"torchrun --nproc_per_node 1 --master_port {free_port()} {MINE} "
                             "--data_json_path data/rl_embeddings/videos2caption.json --seed 42", "--otca")
     assert done.returncode != 0
     assert MARK not in done.stdout, "not one line of the copy may run"
     assert f"{MINE} is not a file the layer targets but a copy of {FLUX} (spec dancegrpo-flux" in done.stderr
     assert f"--otca_target dancegrpo-flux={MINE}" in done.stderr
-    assert f"Python scripts that ran: {MINE}" in done.stderr
+    # the pre-flight reads the copy's name in run.sh and stops the launch before torchrun starts
+    assert done.stderr.startswith(f"otca-patch launch: error: {MINE} is not a file the layer targets"), done.stderr
 
 
 def test_with_otca_target_the_launch_runs_the_copy_rewritten(checkout):

@@ -45,7 +45,24 @@ NOT_GRPO = {"dpo": "DPO", "sft": "SFT", "nft": "NFT"}
 def _fail(message):
     sys.stderr.write(f"{os.environ.get(COMMAND_VARIABLE) or 'otca-patch'}: error: {message}\n")
     sys.stderr.flush()
+    _record_error(message)
     os._exit(2)
+
+
+def _record_error(message):
+    """The launch relays the first error (the same JSON line as ``launch.worker.record_error``)."""
+    record = os.environ.get(RECORD_VARIABLE)
+    if record:
+        import json
+        import socket
+
+        try:
+            with open(record, "a") as handle:
+                handle.write(json.dumps({"event": "error", "pid": os.getpid(), "host": socket.gethostname(),
+                                         "rank": os.environ.get("RANK"), "script": sys.argv[0] if sys.argv else "",
+                                         "message": message}) + "\n")
+        except OSError:
+            pass
 
 
 def _asks_for_layer(args, script):
@@ -362,7 +379,7 @@ class _StepGuard:
 
     def refuse(self, optimizer, args, kwargs):
         message = unpatched_step_message(self.shown, self.file, _stepping_code(sys._getframe(1)))
-        _record([f"error\t{os.getpid()}\t{' '.join(message.split())}"])
+        _record_error(message)
         sys.stderr.write(f"{os.environ.get(COMMAND_VARIABLE) or 'otca-patch'}: error: {message}\n")
         sys.stderr.flush()
         raise UnpatchedTraining(message)

@@ -1,0 +1,137 @@
+"""What a launch's command can reach, read from its text before anything runs: the targeted files it
+names (as paths or ``-m`` modules) and where they are from the working directory, the other Python
+entries it names, the set-up commands it runs first, and the upstream checkouts near the working
+directory or the script. ``wrapper.py`` refuses an ``--otca`` launch that can reach no targeted
+trainer, naming what it found instead.
+"""
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Sequence
+
+from ..hooks.spec import TargetSpec
+
+#: how deep shell scripts that a launch script runs are followed (``bash scripts/inner.sh``)
+NESTED_DEPTH = 3
+#: how far ``nearby_checkouts`` walks up from the working directory and the script, and down from the former
+LEVELS_UP, LEVELS_DOWN = 6, 2
+#: commands that change the machine or the environment before training starts
+SETUP = re.compile(r"(?:^|[;&|(]\s*|\s)((?:sudo\s+)?(?:(?:pip3?|uv\s+pip|python[\d.]*\s+-m\s+pip|conda|mamba)\s+"
+                   r"install|git\s+clone|(?:apt-get|apt|yum|dnf)\s+(?:install|update|upgrade))\b[^;&|\n]*)")
+#: a Python script a command line names (``fastvideo/train.py``, ``"$DIR/train.py"``)
+PY_TOKEN = re.compile(r"""(?:^|(?<=[\s'"=(]))([^\s'"=();|&<>]*\.py)(?=$|[\s'";|&)<>:])""")
+MODULE_TOKEN = re.compile(r"""(?:^|\s)-m\s+['"]?([^\s'";|&)]+)""")
+SHELL_TOKEN = re.compile(r"""(?:^|(?<=[\s'"]))([^\s'"();|&<>$`]*\.sh)(?=$|[\s'";|&)<>])""")
+
+
+def code_lines(text: str) -> list[str]:
+    """The lines of a shell text without comments, continuation lines joined."""
+    joined = re.sub(r"\\\n", " ", text)
+    return [line for line in (raw.split("#", 1)[0].rstrip() for raw in joined.splitlines()) if line.strip()]
+
+
+def launch_text(text: str, base: Path, depth: int = NESTED_DEPTH) -> str:
+    """``text`` followed by the text of each shell script it runs that exists (relative to ``base``
+    or absolute), recursively: what the launch will execute, as far as it can be read now."""
+    seen, parts, queue = set(), [text], [(text, depth)]
+    while queue:
+        current, left = queue.pop()
+        if left <= 0:
+            continue
+        for line in code_lines(current):
+            for token in SHELL_TOKEN.findall(line):
+                path = (base / os.path.expanduser(token)).resolve()
+                if path in seen or not path.is_file():
+                    continue
+                seen.add(path)
+                nested = path.read_text(errors="replace")
+                parts.append(nested)
+                queue.append((nested, left - 1))
+    return "\n".join(parts)
+
+
+def module_of(file: str) -> str:
+    """``fastvideo/train_grpo_flux.py`` -> ``fastvideo.train_grpo_flux`` (how ``-m`` names it)."""
+    return file[:-3].replace("/", ".") if file.endswith(".py") else file
+
+
+def named_paths(file: str, text: str, workdir: Path) -> list[Path]:
+    """Where ``text`` runs the targeted ``file`` ("/"-separated, inside a checkout), read as the
+    command would from ``workdir``: each path ending in ``file`` (absolute, or relative to
+    ``workdir``) and each ``-m`` of its module (``workdir`` on ``sys.path``)."""
+    paths = []
+    for match in re.finditer(r"([^\s'\"=();|&<>]*?)" + re.escape(file) + r"(?![\w.])", text):
+        prefix = match.group(1)
+        if "$" in prefix or "`" in prefix:
+            continue  # built at run time: each process is checked as it starts
+        named = os.path.expanduser(prefix + file)
+        paths.append(Path(named) if os.path.isabs(named) else workdir / named)
+    for module in MODULE_TOKEN.findall(text):
+        if module == module_of(file):
+            paths.append(workdir / file)
+    return list(dict.fromkeys(paths))
+
+
+def python_entries(text: str) -> tuple[list[str], list[str]]:
+    """(Python scripts and ``-m`` modules the text names literally, those it builds at run time)."""
+    literal, built = [], []
+    for line in code_lines(text):
+        for token in PY_TOKEN.findall(line) + [f"-m {m}" for m in MODULE_TOKEN.findall(line)]:
+            (built if "$" in token or "`" in token else literal).append(token)
+    return list(dict.fromkeys(literal)), list(dict.fromkeys(built))
+
+
+def setup_commands(text: str) -> list[str]:
+    """The set-up commands (``pip install``, ``git clone``, ``apt-get``...) the text runs, in order."""
+    found = []
+    for line in code_lines(text):
+        found += [" ".join(command.split()) for command in SETUP.findall(line)]
+    return list(dict.fromkeys(found))
+
+
+def present(directory: Path, specs: Sequence[TargetSpec]) -> list[str]:
+    """The targeted files (spec paths) that ``directory`` holds, each once."""
+    return list(dict.fromkeys(spec.file for spec in specs if (directory / spec.file).is_file()))
+
+
+def nearby_checkouts(starts: Sequence[Path], specs: Sequence[TargetSpec]) -> dict[Path, list[str]]:
+    """``{checkout: targeted files it holds}`` for the folders near ``starts`` (the working directory
+    first, then the launch script's folder) that hold a targeted file: each start and the folders
+    above it (up to a git root or ``LEVELS_UP``), and the folders below the first start (``LEVELS_DOWN``)."""
+    found: dict[Path, list[str]] = {}
+
+    def visit(directory: Path) -> None:
+        if directory not in found:
+            files = present(directory, specs)
+            if files:
+                found[directory] = files
+
+    for start in starts:
+        directory = start.resolve()
+        for _ in range(LEVELS_UP + 1):
+            visit(directory)
+            if (directory / ".git").exists() or directory.parent == directory:
+                break
+            directory = directory.parent
+    if starts:
+        level = [starts[0].resolve()]
+        for _ in range(LEVELS_DOWN):
+            level = [child for folder in level for child in _subfolders(folder)]
+            for folder in level:
+                visit(folder)
+    return found
+
+
+def _subfolders(folder: Path, limit: int = 200) -> list[Path]:
+    try:
+        children = sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith("."))
+    except OSError:
+        return []
+    return children[:limit]
+
+
+def shown_files(files: Sequence[str], limit: int = 4) -> str:
+    more = len(files) - limit
+    return ", ".join(files[:limit]) + (f" and {more} more" if more > 0 else "")
