@@ -6,7 +6,8 @@ its process. It is launched through every launch form: by path, as ``-m``, under
 ``-m``), under ``accelerate launch -m``: patched, every step. Under ``python -I`` / ``-E`` / ``-S`` /
 ``env -i`` the start-up hook never runs: the wrapper's tree watch stops the launch. A renamed
 derivative, a DPO-style script and a module no spec covers take steps without the layer: the step
-guard stops each at its first step."""
+guard stops each at its first step. (Those launches build their script's path at run time: one the
+launch names is refused by the pre-flight before it runs, tests/test_launch_preflight.py.)"""
 import json
 import os
 import subprocess
@@ -162,13 +163,13 @@ def derivative(upstream: Path) -> Path:
 
 
 @pytest.mark.parametrize("line, expected", [
-    ("python trainer/train_variant.py --out steps", ["trainer/train_variant.py (pid", "nearest to trainer/train.py",
+    ("v=variant; python trainer/train_$v.py --out steps", ["trainer/train_variant.py (pid", "nearest to trainer/train.py",
                                                      "--otca_target synthetic-trainer=trainer/train_variant.py"]),
-    (f"torchrun --nproc_per_node 1 --master_port {PORT + 3} -m trainer.train_variant --out steps",
+    (f"v=variant; torchrun --nproc_per_node 1 --master_port {PORT + 3} -m trainer.train_$v --out steps",
      ["-m trainer.train_variant (pid", "--otca_target synthetic-trainer=trainer/train_variant.py"]),
-    ("python trainer/train_sd3_dpo.py --out steps", ["it is a DPO trainer", "Launch it without --otca"]),
-    ('python -c "import runpy, sys; sys.argv = [\'x\', \'--out\', \'steps\']; '
-     'runpy.run_path(\'trainer/train_variant.py\', run_name=\'__main__\')"', ["python -c", "without the layer"]),
+    ("v=sd3_dpo; python trainer/train_$v.py --out steps", ["it is a DPO trainer", "Launch it without --otca"]),
+    ('v=variant; python -c "import runpy, sys; sys.argv = [\'x\', \'--out\', \'steps\']; '
+     'runpy.run_path(\'trainer/train_$v.py\', run_name=\'__main__\')"', ["python -c", "without the layer"]),
 ], ids=["renamed derivative", "derivative as module under torchrun", "DPO-style", "python -c"])
 def test_training_without_the_layer_stops_at_its_first_step(stand_in, line, expected):
     upstream, env = stand_in
@@ -188,7 +189,7 @@ def test_a_copy_stops_at_start_by_the_rule_doctor_applies_even_with_renamed_func
     upstream, env = stand_in
     copy = upstream / "trainer" / "train_mine.py"
     copy.write_text((upstream / "trainer" / "train.py").read_text().replace("advantages_for", "group_advantages"))
-    done = launch(upstream, env, "python trainer/train_mine.py --out steps", "--otca")
+    done = launch(upstream, env, "v=mine; python trainer/train_$v.py --out steps", "--otca")
     assert done.returncode == 2 and markers(upstream) == []
     assert "trainer/train_mine.py is not a file the layer targets but a copy of trainer/train.py" in done.stderr
 
