@@ -131,7 +131,7 @@ def test_the_startup_hook_recognises_a_copy_without_importing_otca_patch(synthet
     nothing: no otca_patch module is imported to decide."""
     upstream, env = synthetic
     trainer = str(upstream / "trainer" / "train.py")
-    env = dict(hook_environment(env, "--otca"), OTCA_PATCH_SHAPES=f"synthetic-trainer\ttrainer/train.py\tadvantages_for\t{trainer}")
+    env = dict(hook_environment(env, "--otca"), OTCA_PATCH_SHAPES=json.dumps([["synthetic-trainer", "trainer/train.py", trainer]]))
     probe = upstream / "other.py"
     probe.write_text("import json, sys\n\ndef advantages_for(x):\n    return x\n\n"
                      "print(json.dumps(sorted(m for m in sys.modules if m.startswith('otca_patch'))))\n")

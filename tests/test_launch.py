@@ -176,7 +176,7 @@ def hook_environment(env: dict, args: str) -> dict:
     """What scripts/otca_run.sh hands every process (startup hook first on PYTHONPATH), with ``args``
     as the flags: the way an invalid value would reach a worker."""
     startup = REPO / "otca_patch" / "launch" / "startup"
-    return dict(env, OTCA_PATCH_ARGS=args, OTCA_PATCH_TARGETS="trainer/train.py",
+    return dict(env, OTCA_PATCH_ARGS=args, OTCA_PATCH_TARGETS='["trainer/train.py"]',
                 PYTHONPATH=os.pathsep.join([str(startup), env["PYTHONPATH"]]))
 
 
@@ -209,7 +209,7 @@ def test_a_worker_python_without_otca_patch_stops_with_a_clear_message(synthetic
     upstream, env = synthetic
     bare = Path(sys.base_prefix) / "bin" / "python3"
     startup = REPO / "otca_patch" / "launch" / "startup"
-    env = dict(env, OTCA_PATCH_ARGS="--otca", OTCA_PATCH_TARGETS="trainer/train.py", PYTHONPATH=str(startup))
+    env = dict(env, OTCA_PATCH_ARGS="--otca", OTCA_PATCH_TARGETS='["trainer/train.py"]', PYTHONPATH=str(startup))
     assert subprocess.run([str(bare), "-c", "import otca_patch"], cwd=upstream, env=env, capture_output=True).returncode != 0
     done = subprocess.run([str(bare), "trainer/train.py", "--out", "result.json"], cwd=upstream, env=env,
                           capture_output=True, text=True, timeout=120)

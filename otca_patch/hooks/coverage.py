@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
+from . import resemblance
 from .select import checkout_upstreams
 from .spec import TargetSpec
 
@@ -24,20 +25,13 @@ def uncovered_trainers(checkout: Path, specs: Sequence[TargetSpec], explicit: Se
 
 def closest_spec(path: Path, checkout: Path, specs: Sequence[TargetSpec]) -> tuple[TargetSpec, float] | None:
     """The spec whose file (in ``checkout``) shares the largest part of its distinct lines with
-    ``path``, and that part, when it is at least half: ``path`` is then a copy of it (the startup
-    hook's rule for a launched script)."""
-    def lines(file: Path) -> set:
-        return {line.strip() for line in file.read_text(errors="replace").splitlines()
-                if line.strip() and not line.lstrip().startswith("#")}
-
-    mine, best = lines(path), None
-    for spec in specs:
-        if (checkout / spec.file).is_file():
-            theirs = lines(checkout / spec.file)
-            share = len(theirs & mine) / max(len(theirs), 1)
-            if share >= 0.5 and (best is None or share > best[1]):
-                best = (spec, share)
-    return best
+    ``path``, and that part, when ``path`` is a copy of it (``resemblance``: the launch's start-up
+    hook applies the same rule)."""
+    present = [spec for spec in specs if (checkout / spec.file).is_file()]
+    found = resemblance.nearest(resemblance.line_keys(path.read_text(errors="replace")),
+                                [(index, resemblance.line_keys((checkout / spec.file).read_text(errors="replace")))
+                                 for index, spec in enumerate(present)])
+    return (present[found[0]], found[1]) if resemblance.is_copy(found) else None
 
 
 def missing_files(checkout: Path, specs: Sequence[TargetSpec]) -> tuple[list[TargetSpec], list[TargetSpec]]:

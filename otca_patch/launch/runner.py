@@ -14,8 +14,17 @@ from ..hooks.spec import TargetSpec
 from ..targets.registry import install
 
 
+def disarm_step_guard() -> None:
+    """This process is patched: the start-up hook's guard against unpatched optimizer steps
+    (``startup/sitecustomize.py``, in a launch's processes) lets its steps through."""
+    for finder in list(sys.meta_path):
+        if getattr(finder, "otca_patch_step_guard", False):
+            finder.disarm()
+
+
 def _install_runtime(spec: TargetSpec, config: OtcaConfig, namespace: dict, path: str, chosen: str = ""):
     runtime = install(spec, config)
+    disarm_step_guard()
     runtime.spec_chosen = chosen  # why this spec (several upstreams share a path): in the run log
     namespace[RUNTIME_NAME] = runtime
     # every rank or none: checked once the trainer's process group exists, before any rollout
@@ -55,20 +64,32 @@ def load_patched_module(path: str, spec: TargetSpec, config: OtcaConfig, module_
     return module
 
 
-def prepare_main(script: str, argv: list[str], spec: TargetSpec, config: OtcaConfig, chosen: str = ""):
+def prepare_main(script: str, argv: list[str], spec: TargetSpec, config: OtcaConfig, chosen: str = "",
+                 module: str | None = None):
     """Everything before ``script`` runs as ``__main__`` with ``spec`` applied: the checked code, a
     fresh ``__main__`` with the runtime installed, ``sys.argv`` and ``sys.path[0]`` as ``python script
-    ARGS`` sets them. Returns (code, namespace); raises (``PatchError``, ``ValueError``, ...) before
-    any upstream code runs."""
+    ARGS`` sets them, or, for ``module`` (the file ``python -m MODULE`` runs), as ``python -m MODULE ARGS``
+    does (working directory first, parent package imported, ``__package__`` and ``__spec__`` set).
+    Returns (code, namespace); raises (``PatchError``, ``ValueError``, ...) before any upstream code runs."""
     path = os.path.abspath(script)
     code = checked_code(path, spec)
     main = types.ModuleType("__main__")
     main.__file__ = path
     main.__builtins__ = __builtins__
+    if module is not None:
+        import importlib
+        import importlib.util
+
+        sys.path[0] = os.getcwd()  # as for `python -m`: the working directory first
+        main.__package__ = module.rpartition(".")[0]
+        main.__spec__ = importlib.util.spec_from_file_location(module, path)
+        if main.__package__:
+            importlib.import_module(main.__package__)
     runtime = _install_runtime(spec, config, main.__dict__, path, chosen)
     sys.modules["__main__"] = main
-    sys.argv = [script, *argv]
-    sys.path[0] = os.path.dirname(path)  # as for `python script`: the script's folder first
+    sys.argv = [path if module is not None else script, *argv]
+    if module is None:
+        sys.path[0] = os.path.dirname(path)  # as for `python script`: the script's folder first
     print(f"otca-patch: running {spec.file} rewritten by {os.path.relpath(spec.path)} (target {spec.name}, "
           f"upstream {spec.upstream}{': ' + chosen if chosen else ''}; "
           f"{len(spec.hooks)} hooks, {len(spec.pins)} pins; {runtime.describe()})", file=sys.stderr, flush=True)

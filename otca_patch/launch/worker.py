@@ -1,4 +1,4 @@
-"""``python -m otca_patch.launch.worker SCRIPT [ARGS]``: what every targeted process becomes when the
+"""``python -m otca_patch.launch.worker [--module NAME] SCRIPT [ARGS]``: what every targeted process becomes when the
 layer is active (the startup hook re-executes into it), and ``otca-patch run``. Flags come from
 ``$OTCA_PATCH_ARGS`` (set by ``otca-patch launch``) and from ARGS.
 
@@ -60,6 +60,9 @@ def main(argv=None, command: str | None = None) -> int:
     if argv and argv[0] in ("-h", "--help"):
         print(f"{USAGE}\n\n{__doc__.split(chr(10) * 2, 1)[1]}\nThe --otca flags are those of `otca-patch launch --help`.")
         return 0
+    module = None
+    if argv[:1] == ["--module"] and len(argv) >= 3:  # the startup hook's form for `python -m MODULE ARGS`
+        module, argv = argv[1], argv[2:]
     if not argv or argv[0].startswith("-"):
         print(USAGE, file=sys.stderr)
         return 2
@@ -89,7 +92,7 @@ def main(argv=None, command: str | None = None) -> int:
         if choice is None:
             raise ValueError(f"{script} is not an upstream file that otca-patch has hook points for "
                              f"(`otca-patch doctor` lists them; for a copy of one, add --otca_target NAME={script})")
-        code, namespace = prepare_main(script, upstream_argv, choice.spec, config, choice.reason)
+        code, namespace = prepare_main(script, upstream_argv, choice.spec, config, choice.reason, module=module)
         record_targeted(script, choice.spec)
     except Exception as exc:  # before the script starts: every failure stops the process, clearly
         print(f"{command}: error: {exc}", file=sys.stderr)

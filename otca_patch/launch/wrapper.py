@@ -12,12 +12,16 @@ travel in ``$OTCA_PATCH_ARGS`` and the startup hook (``startup/sitecustomize.py`
 
 With the layer, before anything starts: the flags, the objectives' registry names and options, and
 the hook points of every targeted file the launch names (and of every ``--otca_target`` file) are
-checked. A process running a copy of a targeted trainer stops (``--otca_target NAME=PATH`` runs it
-patched). When the launch ends without any process having run a targeted file, the launch fails
-and names the Python scripts that did run.
+checked. While it runs, nothing trains without the layer (docs/launch-guard.md): a Python process
+that never checks in with the launch (``python -I``, ``-E``, ``-S``, ``env -i``) stops the launch
+within seconds; in a process the layer did not patch, the first optimizer step raises, naming the
+code and its nearest spec; a copy of a targeted trainer stops at start (``--otca_target NAME=PATH``
+runs it patched). ``-m`` launches are patched like path launches. When the launch ends without any
+process having run a targeted file, the launch fails and names the Python scripts that did run.
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -35,14 +39,15 @@ from ..hooks.rewrite import compile_target
 from ..hooks.select import choose_spec
 from ..hooks.source import read_source
 from ..hooks.spec import TargetSpec, load_specs
-from . import reach
+from . import reach, watch
 from .worker import COMMAND_VARIABLE, ERROR_EVENT, RECORD_VARIABLE
 
 PROG = "otca-patch launch"
 STARTUP_DIR = Path(__file__).resolve().parent / "startup"
-#: the targeted upstream files, for the startup hook's standard-library check (see startup/sitecustomize.py)
+#: the targeted upstream files (a JSON list: any character a path may hold survives), for the startup
+#: hook's standard-library check (see startup/sitecustomize.py)
 ENV_TARGETS = "OTCA_PATCH_TARGETS"
-#: per spec, the functions it hooks and its trainer file here: how the startup hook recognises a copy
+#: per spec, its trainer file here: how the startup hook recognises a copy and names the nearest spec
 ENV_SHAPES = "OTCA_PATCH_SHAPES"
 
 
@@ -153,14 +158,39 @@ def check_explicit(specs: list[TargetSpec]) -> list[str]:
 
 
 def shapes(specs: list[TargetSpec], workdir: Path) -> str:
-    """``$OTCA_PATCH_SHAPES``: ``NAME<TAB>FILE<TAB>HOOKED FUNCTIONS<TAB>TRAINER PATH`` per spec."""
-    lines = []
-    for spec in specs:
-        hooked = sorted({hook.function for hook in spec.hooks + spec.pins} - {"<module>"})
-        trainer = workdir / spec.file
-        lines.append("\t".join([spec.name, spec.file, ",".join(hooked),
-                                str(trainer.resolve()) if trainer.is_file() else ""]))
-    return "\n".join(lines)
+    """``$OTCA_PATCH_SHAPES``: JSON ``[[NAME, FILE, TRAINER PATH HERE or ""], ...]``, one per spec."""
+    return json.dumps([[spec.name, spec.file, str((workdir / spec.file).resolve()) if (workdir / spec.file).is_file() else ""]
+                       for spec in specs])
+
+
+def write_trainer_keys(specs: list[TargetSpec], workdir: Path, record: Path) -> Path:
+    """``RECORD.lines``: per spec (``shapes``' order), its trainer's line keys here, space-separated
+    (empty when absent), so a process that is not a target reads this one file for the copy check."""
+    from ..hooks import resemblance
+
+    lines = [" ".join(sorted(resemblance.line_keys((workdir / spec.file).read_text(errors="replace"))))
+             if (workdir / spec.file).is_file() else "" for spec in specs]
+    path = Path(f"{record}.lines")
+    path.write_text("\n".join(lines))
+    return path
+
+
+def compile_startup_hook() -> None:
+    """Bytecode for the start-up hook and the copy rule it loads, so that each process of the launch
+    (also under PYTHONDONTWRITEBYTECODE) does not compile them again."""
+    import py_compile
+
+    for source in (STARTUP_DIR / "sitecustomize.py", STARTUP_DIR.parent.parent / "hooks" / "resemblance.py"):
+        try:
+            py_compile.compile(str(source), doraise=True)
+        except (OSError, py_compile.PyCompileError):
+            pass  # a read-only installation: pip compiled them, or each process compiles them
+
+
+def targets(specs: list[TargetSpec], explicit: list[TargetSpec]) -> str:
+    """``$OTCA_PATCH_TARGETS``: JSON list of the targeted files ("/"-separated, relative to the checkout;
+    ``--otca_target`` files absolute)."""
+    return json.dumps(sorted({spec.file for spec in specs}) + [spec.file for spec in explicit])
 
 
 def layer_config(config: OtcaConfig, workdir: Path) -> OtcaConfig:
@@ -193,8 +223,8 @@ def read_record(path: Path) -> tuple[list[str], list[str]]:
         if line.startswith("{"):  # an event (worker.record_error), not a script line
             continue
         kind, _, rest = line.partition("\t")
-        script = rest.split("\t")[0]
-        (targeted if kind == "targeted" else ran)[script] = None
+        if kind in ("targeted", "ran"):
+            (targeted if kind == "targeted" else ran)[rest.split("\t")[0]] = None
     return list(targeted), [s for s in ran if s not in targeted]
 
 
@@ -244,15 +274,30 @@ def record_file(workdir: Path) -> Path:
     return Path(path)
 
 
-def run_and_wait(command: list[str], env: dict) -> int:
+def run_and_wait(command: list[str], env: dict, tree: watch.TreeWatch | None = None) -> int:
     """Run the launch as a child and wait: SIGTERM / SIGHUP are passed on; Ctrl-C reaches the child
-    through the terminal's process group, so the wrapper only keeps waiting."""
+    through the terminal's process group, so the wrapper only keeps waiting. With ``tree``, a Python
+    process of the launch that never checks in with the layer stops the launch (status 2)."""
+    if tree is not None:
+        watch.become_subreaper()
     child = subprocess.Popen(command, env=env)
     forward = lambda signum, _frame: child.send_signal(signum)
     previous = {signum: signal.signal(signum, forward) for signum in (signal.SIGTERM, signal.SIGHUP)}
     previous[signal.SIGINT] = signal.signal(signal.SIGINT, lambda *_: None)
     try:
-        code = child.wait()
+        while True:
+            try:
+                code = child.wait(timeout=None if tree is None else watch.POLL_S)
+                break
+            except subprocess.TimeoutExpired:
+                pass
+            tree.reap_adopted(child.pid)
+            late = tree.late()
+            if late:
+                error(tree.describe(late))
+                tree.stop(late, child.pid)  # sets tree.stopped
+                child.wait()
+                return 2
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
@@ -367,20 +412,26 @@ def main(argv=None) -> int:
     except (PatchError, ValueError, SyntaxError) as exc:
         return error(str(exc))
     record = record_file(workdir)
+    keys = write_trainer_keys(specs, workdir, record)
+    compile_startup_hook()
     env.update({ENV_ARGS: shlex.join(layer_config(config, workdir).to_argv()),
-                ENV_TARGETS: os.pathsep.join(sorted({spec.file for spec in specs}) + [spec.file for spec in explicit]),
+                ENV_TARGETS: targets(specs, explicit),
                 ENV_SHAPES: shapes(specs, workdir), RECORD_VARIABLE: str(record), COMMAND_VARIABLE: PROG,
                 "PYTHONPATH": os.pathsep.join([str(STARTUP_DIR), *filter(None, [env.get("PYTHONPATH")])])})
     print(f"{PROG}: layer installed ({shlex.join(config.to_argv())}); hook points hold in: "
           f"{', '.join(checked) or 'no file yet: the script builds its trainer path at run time, so each process is checked as it starts'}"
           f"{setup_note(text)}", file=sys.stderr)
     sys.stdout.flush()
+    tree = watch.TreeWatch(record, STARTUP_DIR, RECORD_VARIABLE) if watch.available() else None
     try:
-        code = run_and_wait(command, env)
+        code = run_and_wait(command, env, tree)
         targeted, ran = read_record(record)
         failure = first_error(record)
     finally:
         record.unlink(missing_ok=True)
+        keys.unlink(missing_ok=True)
+    if tree is not None and tree.stopped:  # said why already
+        return code
     if failure is not None and (code or not targeted):
         error(failure_message(failure))
         return code or 2

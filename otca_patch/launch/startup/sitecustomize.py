@@ -1,20 +1,28 @@
 """Startup hook that ``otca-patch launch`` puts on PYTHONPATH for every process a launcher starts.
 
-Standard library only until it knows this process is targeted: the wrapper names the targeted
-upstream files in ``$OTCA_PATCH_TARGETS`` ("/"-separated paths inside the checkout, joined by
-``os.pathsep``), so any other process pays two environment lookups and a path comparison. A process
-about to run a targeted file re-executes the interpreter (same PID, environment and options) as
-``-m otca_patch.launch.worker SCRIPT ARGS``, which checks the hook points and runs the rewritten
-script as ``__main__``. Once targeted, nothing fails open: if otca_patch cannot be imported or the
-worker cannot start, the process exits with status 2 and says why (an exception here would be
-printed as "Error in sitecustomize" and the script would then run unpatched).
+Standard library only until it knows this process is targeted, so a process that is not pays a few
+environment lookups, one short append to the launch record and a meta-path entry (see
+``scripts/bench_startup.py``). In an active launch (``$OTCA_PATCH_ARGS`` and ``$OTCA_PATCH_TARGETS``
+set by the wrapper) every process:
 
-A script that is not targeted but is a copy of a targeted trainer (it defines every function a
-spec hooks, and most of its lines are that trainer's) would train unpatched: it stops with status 2,
-naming the spec and ``--otca_target``. The wrapper hands each spec's hooked functions and the
-trainer file in ``$OTCA_PATCH_SHAPES``; only a script defining all of them is compared line by line.
-Every other script the launch runs is appended to ``$OTCA_PATCH_RECORD``, so the wrapper can name
-them when no targeted process ever started.
+- **checks in**: appends ``checkin<TAB>PID<TAB>START TIME`` to ``$OTCA_PATCH_RECORD``. The wrapper
+  watches its process tree and stops the launch when a Python process has not checked in shortly
+  after it started (``python -I``, ``-E``, ``-S``, ``env -i``: interpreters this hook never reaches).
+- **becomes the layer's worker** when its script, or the file its ``-m`` module resolves to (found
+  without importing it), is a targeted upstream file (``$OTCA_PATCH_TARGETS``: a JSON list of
+  "/"-separated paths inside the checkout, or absolute ``--otca_target`` paths). It re-executes the
+  interpreter (same PID, environment and options) as ``-m otca_patch.launch.worker [--module NAME]
+  FILE ARGS``, which checks the hook points and runs the rewritten file as ``__main__``. Once
+  targeted, nothing fails open: if otca_patch cannot be imported or the worker cannot start, the
+  process exits with status 2 and says why (an exception here would be printed as "Error in
+  sitecustomize" and the script would then run unpatched).
+- otherwise **stops early when its script is a copy** of a targeted trainer (``hooks/resemblance.py``,
+  the rule doctor applies, loaded by path: ``$OTCA_PATCH_SHAPES`` names each spec's trainer file in
+  this checkout), naming the spec and ``--otca_target``;
+- and **arms the step guard**: once ``torch.optim`` is imported, a global optimizer-step pre-hook
+  makes the first optimizer step raise, naming the script, its nearest spec and what to do. The
+  worker disarms it once the layer is installed (``runner.py``), so only a process the layer did not
+  patch is stopped, whatever its file is called.
 
 This folder holds this file only, so nothing else becomes importable as a top-level module. Any
 other sitecustomize on the path still runs.
@@ -27,38 +35,11 @@ TARGETS_VARIABLE = "OTCA_PATCH_TARGETS"
 SHAPES_VARIABLE = "OTCA_PATCH_SHAPES"
 RECORD_VARIABLE = "OTCA_PATCH_RECORD"
 COMMAND_VARIABLE = "OTCA_PATCH_COMMAND"
-#: a copy shares at least this share of its trainer's distinct lines
-COPY_SHARE = 0.5
-
-
-def _targeted_file():
-    """The targeted upstream file this process runs as its script, or None."""
-    if not os.environ.get(ARGS_VARIABLE):
-        return None
-    script = sys.argv[0] if sys.argv else ""
-    if not script.endswith(".py"):
-        return None
-    targets = os.environ.get(TARGETS_VARIABLE)
-    if targets is None:  # not the wrapper's environment: fail closed only if the flags ask for the layer
-        if _asks_for_layer(os.environ[ARGS_VARIABLE], script):
-            _fail(f"${ARGS_VARIABLE} asks for the layer but ${TARGETS_VARIABLE} does not say which files it "
-                  f"targets; start the launch through `otca-patch launch` (refusing to run {script} unpatched)")
-        return None
-    parts = os.path.abspath(script).split(os.sep)
-    for target in filter(None, targets.split(os.pathsep)):
-        want = target.split("/")
-        if parts[-len(want):] == want:
-            return target
-    return None
-
-
-def _asks_for_layer(args, script):
-    import shlex
-
-    try:
-        return bool({"--otca", "--otca_observe"} & set(shlex.split(args)))
-    except ValueError as exc:
-        _fail(f"${ARGS_VARIABLE} cannot be read ({exc}); refusing to run {script}")
+WORKER_MODULE = "otca_patch.launch.worker"
+HERE = os.path.dirname(os.path.abspath(__file__))
+RESEMBLANCE = os.path.join(os.path.dirname(os.path.dirname(HERE)), "hooks", "resemblance.py")
+#: name parts of trainers OTCA does not apply to: they have no group-relative advantage to reassign
+NOT_GRPO = {"dpo": "DPO", "sft": "SFT", "nft": "NFT"}
 
 
 def _fail(message):
@@ -84,23 +65,134 @@ def _record_error(message):
             pass
 
 
-def _become_worker(target):
+def _asks_for_layer(args, script):
+    import shlex
+
+    try:
+        return bool({"--otca", "--otca_observe"} & set(shlex.split(args)))
+    except ValueError as exc:
+        _fail(f"${ARGS_VARIABLE} cannot be read ({exc}); refusing to run {script}")
+
+
+def _start_time():
+    """This process's start time (clock ticks since boot): with the PID, what the wrapper knows it by."""
+    try:
+        with open("/proc/self/stat", "rb") as handle:
+            return handle.read().rsplit(b")", 1)[1].split()[19].decode()
+    except (OSError, IndexError):
+        return "?"
+
+
+def _record(lines):
+    record = os.environ.get(RECORD_VARIABLE)
+    if record:
+        try:
+            with open(record, "a") as handle:  # one short append: atomic with O_APPEND
+                handle.write("".join(line + "\n" for line in lines))
+        except OSError:
+            pass  # a process that cannot check in is stopped by the wrapper, which says so
+
+
+def _module_command():
+    """``(options before -m, module name)`` of a ``python [OPTIONS] -m MODULE ARGS`` process.
+
+    At this point ``sys.argv`` is ``["-m", ARGS...]`` and ``sys.orig_argv`` the whole command line."""
+    orig = getattr(sys, "orig_argv", None) or []
+    at = len(orig) - len(sys.argv)
+    if at < 1 or at >= len(orig):
+        return None
+    token, before = orig[at], orig[at - 1] if at >= 2 else ""
+    if token.startswith("-") and "m" in token[1:]:  # -mNAME, -umNAME
+        flags, module = token[1:].split("m", 1)
+        return orig[1:at] + ([f"-{flags}"] if flags else []), module
+    if before.startswith("-") and not before.startswith("--") and before.endswith("m"):  # -m NAME, -um NAME
+        return orig[1:at - 1] + ([before[:-1]] if before != "-m" else []), token
+    return None
+
+
+def _module_file(name):
+    """The file ``python -m name`` would run, found without importing anything (``-m`` puts the working
+    directory first on the path); None when it is not a source file."""
+    from importlib.machinery import PathFinder
+
+    path, spec, parts = [os.getcwd(), *filter(None, sys.path)], None, name.split(".")
+    for depth in range(1, len(parts) + 1):
+        spec = PathFinder.find_spec(".".join(parts[:depth]), path)
+        if spec is None:
+            return None
+        path = spec.submodule_search_locations
+        if depth < len(parts) and not path:
+            return None
+    if spec.submodule_search_locations:  # a package: -m runs its __main__
+        spec = PathFinder.find_spec(name + ".__main__", spec.submodule_search_locations)
+    origin = spec.origin if spec is not None and spec.has_location else None
+    return origin if origin and origin.endswith(".py") else None
+
+
+def _what_runs():
+    """``(shown, file, module, options)``: how this process is named in messages, the Python file it
+    runs (None for ``-c``, an interactive interpreter, a console script without ``.py``), its ``-m``
+    module name and the interpreter options before ``-m``."""
+    script = sys.argv[0] if sys.argv else ""
+    if script.endswith(".py"):
+        return script, os.path.abspath(script), None, None
+    if script == "-m":
+        command = _module_command()
+        if command is not None:
+            options, module = command
+            return f"-m {module}", (_module_file(module) if module != WORKER_MODULE else None), module, options
+    if script == "-c":
+        orig = getattr(sys, "orig_argv", None) or ["python", "-c", ""]
+        return f"python -c {orig[-len(sys.argv)][:60]!r}", None, None, None
+    return script or "python", None, None, None
+
+
+def _installed(file):
+    """Whether ``file`` belongs to the standard library or an installed package (torch, the launchers):
+    never a trainer copy, never the code a message should name."""
+    if f"{os.sep}site-packages{os.sep}" in file or f"{os.sep}dist-packages{os.sep}" in file:
+        return True
+    prefixes = {os.path.join(prefix, "lib") + os.sep for prefix in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
+    return file.startswith(tuple(prefixes))
+
+
+def _targeted(file, targets, shown):
+    """The entry of ``$OTCA_PATCH_TARGETS`` (``targets``, its JSON) that ``file`` is, or None."""
+    base = os.path.basename(file)
+    if base.isascii() and base.isprintable() and '"' not in base and "\\" not in base and f'/{base}"' not in targets \
+            and f'"{base}"' not in targets:
+        return None  # json.dumps writes such a name as it is: no entry ends with it (and json's import is skipped)
+    import json
+
+    try:
+        targets = json.loads(targets)
+        parts = file.split(os.sep)
+    except ValueError as exc:
+        _fail(f"${TARGETS_VARIABLE} is not the JSON list of paths `otca-patch launch` sets ({exc}); "
+              f"refusing to run {shown}")
+    for target in targets if isinstance(targets, list) else []:
+        want = target.split("/") if isinstance(target, str) else [None]
+        if parts[-len(want):] == want:
+            return target
+    return None
+
+
+def _become_worker(target, shown, file, module, options):
     try:
         from otca_patch.launch.reexec import become_worker
     except BaseException as exc:
-        _fail(f"{sys.argv[0]} is the upstream file {target} that --otca patches, but this Python "
+        _fail(f"{shown} is the upstream file {target} that --otca patches, but this Python "
               f"({sys.executable}) cannot import otca_patch ({type(exc).__name__}: {exc}). Install otca-patch into "
               f"the environment the launcher starts (pip install -e <otca-patch>), or launch without --otca.")
     try:
-        become_worker()
+        become_worker(module=module, file=file, options=options)
     except BaseException as exc:
-        _fail(f"cannot start the layer's worker for {sys.argv[0]} ({type(exc).__name__}: {exc})")
+        _fail(f"cannot start the layer's worker for {shown} ({type(exc).__name__}: {exc})")
 
 
 def _chain_next_sitecustomize():
-    here = os.path.dirname(os.path.abspath(__file__))
     saved_path = list(sys.path)
-    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != HERE]
     module = sys.modules.pop("sitecustomize", None)
     try:
         __import__("sitecustomize")  # not importlib: importing it here would cost every process ~10 ms
@@ -112,103 +204,230 @@ def _chain_next_sitecustomize():
             sys.modules["sitecustomize"] = module
 
 
-def _untargeted_script():
-    """The script (or ``-m module``) of a process in an active launch that is not targeted, else None."""
-    if not os.environ.get(TARGETS_VARIABLE) or not os.environ.get(ARGS_VARIABLE):
+# ---- what a process that is not targeted is told: the copy check and the step guard
+
+
+def _resemblance():
+    """``hooks/resemblance.py``, loaded by path (this Python may not be able to import otca_patch)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_otca_patch_resemblance", RESEMBLANCE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _shapes():
+    """``$OTCA_PATCH_SHAPES``: JSON ``[[NAME, FILE, TRAINER PATH HERE or ""], ...]``, one per spec."""
+    import json
+
+    try:
+        shapes = json.loads(os.environ.get(SHAPES_VARIABLE) or "[]")
+    except ValueError:
+        return []
+    return [tuple(shape) for shape in shapes if isinstance(shape, list) and len(shape) == 3]
+
+
+def _nearest_spec(file, copies_only=False):
+    """``(resemblance module, (spec name, upstream file, trainer path), share)`` of the trainer nearest
+    to ``file``, or None (with ``copies_only``, also when ``file`` is no copy of it). The trainers' line keys come
+    from ``$OTCA_PATCH_RECORD.lines`` (the wrapper's: one line per shape), else from the trainers;
+    the shapes' JSON is read only once a trainer is near enough (json's import is most of the cost)."""
+    try:
+        resemblance = _resemblance()
+    except (OSError, ImportError):
         return None
-    script = sys.argv[0] if sys.argv else ""
-    if script.endswith(".py"):
-        return script
-    options = getattr(sys, "orig_argv", [])[1:]
-    if script == "-m" and "-m" in options and options.index("-m") + 1 < len(options):
-        return "-m " + options[options.index("-m") + 1]
+    text = resemblance.read_text(file)
+    if text is None:
+        return None
+    keys = resemblance.read_text(f"{os.environ.get(RECORD_VARIABLE)}.lines") if os.environ.get(RECORD_VARIABLE) else None
+    if keys is not None:
+        trainers = [(index, set(line.split())) for index, line in enumerate(keys.split("\n"))]
+    else:
+        trainers = [(index, _trainer_keys(resemblance, shape[2])) for index, shape in enumerate(_shapes()) if shape[2]]
+    found = resemblance.nearest(resemblance.line_keys(text), trainers)
+    if found is None or (copies_only and not resemblance.is_copy(found)):
+        return None
+    shapes = _shapes()
+    return (resemblance, shapes[found[0]], found[1]) if found[0] < len(shapes) else None
+
+
+def _trainer_keys(resemblance, path):
+    text = resemblance.read_text(path)
+    return resemblance.line_keys(text) if text is not None else None
+
+
+def _shown_path(path):
+    relative = os.path.relpath(path)
+    return path if relative.startswith("..") else relative
+
+
+def _stop_copy(shown, file, nearest):
+    _, (name, upstream_file, _), share = nearest
+    path = _shown_path(file)
+    kind = _not_grpo(shown)
+    if kind is not None:
+        _fail(f"{shown} is not a file the layer targets: it is a {kind} trainer (it shares {share:.0%} of the lines of "
+              f"{upstream_file}, spec {name}), which has no group-relative advantage for OTCA to reassign, so it would "
+              f"train without the layer; launch it without --otca")
+    _fail(f"{shown} is not a file the layer targets but a copy of {upstream_file} (spec {name}: {share:.0%} of its "
+          f"lines), so it would train unpatched; run it patched with --otca_target {name}={path} among the "
+          f"otca-patch flags, or launch without --otca")
+
+
+def _not_grpo(shown):
+    """``"DPO"`` (``"SFT"``, ``"NFT"``) when the script's or module's name says it is such a trainer."""
+    name = os.path.basename(shown.split()[-1] if shown.split() else shown).lower()
+    for part in name.replace(".", "_").replace("-", "_").split("_"):
+        if part in NOT_GRPO:
+            return NOT_GRPO[part]
     return None
 
 
-def _record(script):
-    record = os.environ.get(RECORD_VARIABLE)
-    if record:
-        try:
-            with open(record, "a") as handle:  # one short append: atomic with O_APPEND
-                handle.write(f"ran\t{os.path.abspath(script) if script.endswith('.py') else script}\n")
-        except OSError:
-            pass  # the record only serves the wrapper's summary; never stop a process for it
+def _stepping_code(frame):
+    """``(file, function, line)`` of the innermost frame outside installed packages, the standard
+    library and otca-patch: the code that asked for the optimizer step (through any wrapper)."""
+    package = os.path.dirname(os.path.dirname(HERE))
+    while frame is not None:
+        file = frame.f_code.co_filename
+        if os.path.isabs(file) and not _installed(file) and not file.startswith(package + os.sep):
+            return file, frame.f_code.co_name, frame.f_lineno
+        frame = frame.f_back
+    return None
 
 
-def _defined_functions(lines):
-    """Names of the top-level ``def``s (what a spec hooks, ``<module>`` aside)."""
-    names = set()
-    for line in lines:
-        if line.startswith(("def ", "async def ")):
-            names.add(line.split("def ", 1)[1].split("(", 1)[0].strip())
-    return names
+def unpatched_step_message(shown, file, stepping=None):
+    """Why this process may not take an optimizer step, and what to do. ``stepping``: ``(file,
+    function, line)`` of the code that steps, when it is not the process's script."""
+    where = f"{shown} (pid {os.getpid()})"
+    if stepping is not None and stepping[0] != file:
+        where += f", in {_shown_path(stepping[0])}:{stepping[2]} ({stepping[1]}),"
+        file = stepping[0]  # the trainer code is what resembles a target
+    elif stepping is not None:
+        where += f", in {stepping[1]} (line {stepping[2]}),"
+    kind = _not_grpo(shown) or (_not_grpo(file) if file else None)
+    if kind is not None:
+        return (f"{where} is about to take an optimizer step without the layer: it is a {kind} trainer, which has "
+                f"no group-relative advantage for OTCA to reassign, and --otca patches none of its files. Launch it "
+                f"without --otca.")
+    nearest = _nearest_spec(file) if file else None
+    path = _shown_path(file) if file else "PATH"
+    if nearest is not None and nearest[2] >= 0.05:
+        resemblance, (name, upstream_file, _), share = nearest
+        what = ("a copy of" if resemblance.is_copy((name, share)) else "nearest to") + \
+               f" {upstream_file} (spec {name}, {share:.0%} of its lines)"
+        how = (f"to train it with the layer, check its hook points with `otca-patch doctor . --otca_target "
+               f"{name}={path}` and run it patched with --otca_target {name}={path} among the otca-patch flags")
+    else:
+        what = "like none of the targeted trainers"
+        how = f"if it is a GRPO trainer shaped like a target, give --otca_target NAME={path} (`otca-patch doctor .` lists them)"
+    return (f"{where} is about to take an optimizer step without the layer: {_shown_path(file) if file else 'it'} is "
+            f"not a file --otca patches, and is {what}. Stopped here so it does not train vanilla; {how}. A trainer "
+            f"without group-relative advantages (DPO, SFT, NFT) runs without --otca.")
 
 
-def _distinct_lines(lines):
-    return {line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")}
+class UnpatchedTraining(RuntimeError):
+    """An optimizer step in a process of an ``--otca`` launch that the layer did not patch."""
 
 
-def _resembled(script):
-    """``(spec name, trainer file, share of its lines)`` of the trainer ``script`` is a copy of, or None.
+class _StepGuard:
+    """A meta-path finder that lets the import of ``torch.optim.optimizer`` run and then registers a
+    global optimizer-step pre-hook that raises: every ``torch.optim.Optimizer`` (also the ones
+    DeepSpeed and accelerate wrap) calls it before it steps. Processes that never import torch pay
+    one function call per import."""
 
-    Each ``$OTCA_PATCH_SHAPES`` line is ``NAME<TAB>FILE<TAB>FUNCTIONS<TAB>TRAINER_PATH``: the spec, its
-    upstream file, the functions it hooks (comma-separated) and that file in this launch's checkout
-    (empty if absent). A script defining every hooked function is a copy when it shares at least
-    ``COPY_SHARE`` of the trainer's distinct lines; without the trainer at hand, when the spec hooks
-    two functions or more (``main`` alone says nothing)."""
-    shapes = os.environ.get(SHAPES_VARIABLE)
-    if not shapes:
-        return None
-    try:
-        with open(script, errors="replace") as handle:
-            lines = handle.read().splitlines()
-    except OSError:
-        return None
-    defined = _defined_functions(lines)
-    best, mine = None, None
-    for entry in shapes.splitlines():
-        fields = entry.split("\t")
-        if len(fields) != 4:
-            continue
-        name, file, functions, trainer = fields
-        hooked = set(filter(None, functions.split(",")))
-        if not hooked or not hooked <= defined:
-            continue
-        share = None
-        if trainer:
-            try:
-                with open(trainer, errors="replace") as handle:
-                    theirs = _distinct_lines(handle.read().splitlines())
-            except OSError:
-                theirs = None
-            if theirs:
-                mine = _distinct_lines(lines) if mine is None else mine
-                share = len(theirs & mine) / len(theirs)
-                if share < COPY_SHARE:
-                    continue
-        if share is None and len(hooked) < 2:
-            continue
-        if best is None or (share or 0) > (best[2] or 0):
-            best = (name, file, share)
-    return best
+    otca_patch_step_guard = True  # how ``runner.disarm_step_guard`` finds it
+    MODULE = "torch.optim.optimizer"
+
+    def __init__(self, shown, file):
+        self.shown, self.file, self.handle, self.armed = shown, file, None, False
+
+    def find_spec(self, name, path=None, target=None):
+        if name != self.MODULE or self.armed:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(name, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        run = spec.loader.exec_module
+
+        def exec_module(module):
+            run(module)
+            self.arm(module)
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+    def arm(self, module):
+        self.armed = True
+        register = getattr(module, "register_optimizer_step_pre_hook", None)
+        if register is not None:
+            self.handle = register(self.refuse)
+            return
+        original = module.Optimizer.__init__  # torch < 2.0 has no global step hooks: refuse to build one
+
+        def refusing_init(optimizer, *args, **kwargs):
+            self.refuse(optimizer, args, kwargs)
+            original(optimizer, *args, **kwargs)
+
+        module.Optimizer.__init__ = refusing_init
+        self.handle = _Restore(module.Optimizer, original)
+
+    def refuse(self, optimizer, args, kwargs):
+        message = unpatched_step_message(self.shown, self.file, _stepping_code(sys._getframe(1)))
+        _record_error(message)
+        sys.stderr.write(f"{os.environ.get(COMMAND_VARIABLE) or 'otca-patch'}: error: {message}\n")
+        sys.stderr.flush()
+        raise UnpatchedTraining(message)
+
+    def disarm(self):
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)
+        if self.handle is not None:
+            self.handle.remove()
+            self.handle = None
 
 
-def _stop_copy(script, resembled):
-    name, file, share = resembled
-    shown = os.path.relpath(script) if not os.path.isabs(script) else script
-    how = f"{share:.0%} of its lines" if share is not None else "every function its spec hooks"
-    _fail(f"{shown} is not a file the layer targets but a copy of {file} (spec {name}: {how}), so it would "
-          f"train unpatched; run it patched with --otca_target {name}={shown} among the otca-patch flags, "
-          f"or launch without --otca")
+class _Restore:
+    def __init__(self, owner, init):
+        self.owner, self.init = owner, init
+
+    def remove(self):
+        self.owner.__init__ = self.init
 
 
-_target = _targeted_file()
-if _target is not None:
-    _become_worker(_target)
-_script = _untargeted_script()
-if _script is not None:
-    _record(_script)
-    _resembles = _resembled(_script) if _script.endswith(".py") else None
-    if _resembles is not None:
-        _stop_copy(_script, _resembles)
+def _main():
+    args = os.environ.get(ARGS_VARIABLE)
+    if not args:
+        return
+    targets = os.environ.get(TARGETS_VARIABLE)
+    if targets is None:  # not the wrapper's environment: fail closed only if the flags ask for the layer
+        script = sys.argv[0] if sys.argv else ""
+        if script.endswith(".py") and _asks_for_layer(args, script):
+            _fail(f"${ARGS_VARIABLE} asks for the layer but ${TARGETS_VARIABLE} does not say which files it "
+                  f"targets; start the launch through `otca-patch launch` (refusing to run {script} unpatched)")
+        return
+    lines = [f"checkin\t{os.getpid()}\t{_start_time()}"]
+    shown, file, module, options = _what_runs()
+    if file is not None:
+        target = _targeted(file, targets, shown)
+        if target is not None:
+            _record(lines)
+            _become_worker(target, shown, file, module, options)
+        lines.append(f"ran\t{file if module is None else shown}")
+    elif module is not None and module != WORKER_MODULE:  # a module that is no source file here
+        lines.append(f"ran\t{shown}")
+    _record(lines)
+    if file is not None and not _installed(file):
+        nearest = _nearest_spec(file, copies_only=True)
+        if nearest is not None:
+            _stop_copy(shown, file, nearest)
+    sys.meta_path.insert(0, _StepGuard(shown, file))
+
+
+_main()
 _chain_next_sitecustomize()
