@@ -15,6 +15,8 @@ from .suggest import did_you_mean
 #: The environment variable through which `scripts/otca_run.sh` hands the flags to every process
 #: that a launcher (torchrun, accelerate) starts: upstream shell scripts pass fixed arguments.
 ENV_ARGS = "OTCA_PATCH_ARGS"
+#: set by ``otca-patch launch``: the command its processes' messages start with
+COMMAND_VARIABLE = "OTCA_PATCH_COMMAND"
 FLAG_PREFIX = "--otca"
 #: how --otca_objective_weights addresses objectives (said in every message about their count)
 WEIGHTS_RULE = ("give one weight per objective column once names expand "
@@ -199,8 +201,6 @@ def environment_flags_note(prog: str) -> Optional[str]:
     """The line saying that flags come from ``$OTCA_PATCH_ARGS`` rather than the command line (a
     stale ``export`` would switch the layer on unseen), or ``None``: not set, or set by the
     ``otca-patch launch`` this process belongs to (which printed its flags already)."""
-    from .launch.worker import COMMAND_VARIABLE
-
     text = os.environ.get(ENV_ARGS, "").strip()
     if not text or os.environ.get(COMMAND_VARIABLE):
         return None

@@ -14,9 +14,9 @@ import runpy
 import socket
 import sys
 
+from ..config import COMMAND_VARIABLE  # noqa: F401  (the launch and its readers import it from here too)
+
 USAGE = "usage: otca-patch run SCRIPT [ARGS ...] [--otca ...]"
-#: set by ``otca-patch launch``: the command its processes' messages start with
-COMMAND_VARIABLE = "OTCA_PATCH_COMMAND"
 #: set by ``otca-patch launch``: the file each started process of the launch appends a line to
 RECORD_VARIABLE = "OTCA_PATCH_RECORD"
 #: the record's line for a process that stopped: ``{"event": "error", ...}``, one JSON line (the
