@@ -5,7 +5,8 @@ the credit the spec gives?
 For every logged step it gathers the records of all processes (rank-major, as the runtimes gather),
 recomputes the credit with the installed credit engine from the logged rewards ``[B, K]``, TCD
 progress ``delta_s [B, S]`` and group ids, and checks each process's trained advantages (the
-leading columns upstream keeps) and step weights against it. Used by check_upstream_env.sh in an
+leading columns upstream keeps, or, where the record names them in ``advantage_steps [B, T]``, the
+step of each column: FlowGRPO's SDE windows) and step weights against it. Used by check_upstream_env.sh in an
 upstream environment, where the package is installed (run it from outside the repository).
 """
 from __future__ import annotations
@@ -46,6 +47,8 @@ def check(run_dir: Path, processes: int) -> list[str]:
             start += count
             logged = torch.tensor(record["advantages"], dtype=credit.advantages.dtype)
             expected = credit.advantages[rows, :logged.shape[1]]
+            if "advantage_steps" in record:  # column j of row i is step advantage_steps[i][j]
+                expected = credit.advantages[rows].gather(1, torch.tensor(record["advantage_steps"]))
             if not torch.allclose(logged, expected, atol=1e-5):
                 problems.append(f"step {step} rank {record['rank']}: logged advantages differ from the credit "
                                 f"engine by {(logged - expected).abs().max().item():.3g}")
