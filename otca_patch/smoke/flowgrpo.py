@@ -194,6 +194,7 @@ def run(trainer: FlowTrainer, upstream_dir: Path, out_dir: Path, config: OtcaCon
     os.chdir(out_dir)  # upstream's logs/ go here
     module = load_upstream(upstream_dir, config, trainer)
     recording = TrainingProbe(module)
+    recorder = probe(module) if probe is not None else None  # tests: --probe FILE.py:NAME
 
     from absl import app
 
@@ -213,6 +214,8 @@ def run(trainer: FlowTrainer, upstream_dir: Path, out_dir: Path, config: OtcaCon
               "world_size": world_size, "sizes": asdict(sizes), "losses": recording.losses,
               "grad_norms": recording.grad_norms, "weights_digest": recording.weights_digest()}
     (out_dir / f"smoke_rank{rank}.json").write_text(json.dumps(result, indent=2))
+    if recorder is not None:
+        recorder.save(out_dir / f"probe_rank{rank}.pt")
     if rank == 0:
         (out_dir / "smoke.json").write_text(json.dumps(result, indent=2))
         print(f"smoke: {sizes.steps} epochs, {len(recording.losses)} backward passes, losses {recording.losses}", flush=True)
