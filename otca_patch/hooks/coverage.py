@@ -91,3 +91,17 @@ def _advice(checkout: Path, file: str, specs: Sequence[TargetSpec]) -> str:
         return f" (a copy of {spec.file}, {share:.0%} of its lines, and {spec.name}'s spec holds on it: --otca_target {spec.name}={file})"
     return (f" (nearest spec: {spec.name}, {share:.0%} of {spec.file}'s lines, but {len(failed)} of its hook points "
             f"and pins do not hold here, first {failed[0].split(':')[0]}: it needs a spec of its own, not --otca_target)")
+
+
+def uncovered_summary(checkout: Path, specs: Sequence[TargetSpec]) -> list[str]:
+    """``rebase``'s short lines on the trainer files no spec covers: which are GRPO trainers that
+    need a spec of their own, and which are not GRPO (``trainer_kind``)."""
+    uncovered = uncovered_trainers(checkout, specs)
+    if not uncovered:
+        return []
+    kinds = {file: trainer_kind(checkout / file) for file in uncovered}
+    lines = [f"trainer files no spec covers ({len(uncovered)}):"]
+    for file in uncovered:
+        lines.append(f"  {file}: " + ("not a GRPO trainer: launch it without --otca" if kinds[file] == NOT_GRPO
+                                      else "no spec yet (--otca stops on it): it needs a spec of its own"))
+    return lines

@@ -93,8 +93,8 @@ class FlowGrpoChecks:
             steps = self.expected_trained_steps(call)
             assert record["trained_steps"] == steps.tolist()
             trained = tensor(record, "advantages", torch.float64)
-            assert torch.allclose(trained, credit.advantages.gather(1, steps), atol=1e-5)
-            assert torch.allclose(tensor(record, "step_weights", torch.float64), credit.step_weights, atol=1e-5)
+            assert torch.allclose(trained, credit.advantages.double().gather(1, steps), atol=1e-5)
+            assert torch.allclose(tensor(record, "step_weights", torch.float64), credit.step_weights.double(), atol=1e-5)
             assert not torch.allclose(trained[:, 0], trained[:, 1])  # per step, not repeated
             assert record["kept"] == (trained.abs().sum(dim=1) != 0).tolist()
         assert otca.trained != runs("vanilla").trained
@@ -114,7 +114,7 @@ class FlowGrpoChecks:
                 rows = slice(BATCH * rank, BATCH * rank + BATCH)
                 steps = self.expected_trained_steps(calls[rank][step - 1])
                 assert torch.allclose(tensor(record, "advantages", torch.float64),
-                                      credit.advantages[rows].gather(1, steps), atol=1e-5)
+                                      credit.advantages[rows].double().gather(1, steps), atol=1e-5)
                 assert record["summary"] == pytest.approx(by_rank[0]["summary"])
 
     def test_the_run_log_check_script_agrees(self, runs):
