@@ -103,5 +103,5 @@ def uncovered_summary(checkout: Path, specs: Sequence[TargetSpec]) -> list[str]:
     lines = [f"trainer files no spec covers ({len(uncovered)}):"]
     for file in uncovered:
         lines.append(f"  {file}: " + ("not a GRPO trainer: launch it without --otca" if kinds[file] == NOT_GRPO
-                                      else "no spec yet (--otca stops on it): it needs a spec of its own"))
+                                      else "a GRPO trainer without a spec yet: it needs a spec of its own"))
     return lines
