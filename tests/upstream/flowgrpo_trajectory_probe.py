@@ -29,7 +29,10 @@ class TrajectoryRecorder:
         def pipeline_with_logprob(*args, **kwargs):
             current.update(states=[], timesteps=[])
             result = sampler(*args, **kwargs)
-            window = result[3] if len(result) == 4 and isinstance(result[3], list) else None
+            # the Fast pipelines return the window's timesteps last (one number per step); GRPO-Guard's
+            # fourth value is each step's mean latents
+            last = result[-1] if isinstance(result, tuple) else None
+            window = last if isinstance(last, list) and last and torch.as_tensor(last[0]).numel() == 1 else None
             self.calls.append({"states": torch.stack(current["states"], dim=1),
                                "timesteps": torch.tensor(current["timesteps"]),
                                "window": None if window is None else torch.stack(list(window)).flatten().float()})
