@@ -6,7 +6,9 @@ from functools import partial
 from pathlib import Path
 
 from . import flowgrpo
-from .flowgrpo import Sizes, TrainingProbe, UPSTREAM_EXTRA, write_config  # noqa: F401 (the SD3 smoke's names)
+# the SD3 smoke's names, as other modules import them from here
+from .flowgrpo import PROMPTS, UPSTREAM_EXTRA, Sizes, TrainingProbe, config_overrides, write_config  # noqa: F401
+from ..files import atomic_write_text as _write_once  # noqa: F401
 from .tiny_sd3 import build_tiny_sd3
 
 UPSTREAM_FILE = "scripts/train_sd3.py"

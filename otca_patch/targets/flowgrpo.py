@@ -2,19 +2,15 @@
 objectives bound to upstream's ``config.reward_fn`` once its config is parsed, groups by prompt text
 over all processes, TCD's progress from upstream's ``latents`` / ``next_latents`` layout, the ``[B, T]``
 advantage of this process's rows, the trained-step check of the first epoch, and one run-log line
-per epoch. ``WindowedFlowGrpoRuntime``: the trainers that sample an SDE window (``*_fast.py``,
-Qwen-Image): TCD's progress over the whole recorded trajectory, each trained column read at its step.
+per epoch. The trainers that sample an SDE window build on it in ``flowgrpo_window``.
 """
 from __future__ import annotations
 
 import torch
 
-import functools
-import inspect
 
 from .. import rank_check
 from ..credit import similarity_to_final, step_progress
-from ..hooks.errors import PatchError
 from ..invariants import TrainedStepCheck
 from ..objective_set import UpstreamRewards
 from .base import Runtime
@@ -141,99 +137,3 @@ class FlowGrpoRuntime(Runtime):
         self.reset()
 
 
-
-#: the module-level function upstream's windowed pipelines take every denoising step with (ODE
-#: steps outside the window at noise level 0, SDE steps inside it)
-STEP_FUNCTION = "sde_step_with_logprob"
-
-
-class WindowedFlowGrpoRuntime(FlowGrpoRuntime):
-    """The trainers that sample an SDE window (``sample.sde_window_size``): each sampling call
-    returns only the window's latents, log-probs and timesteps, so the column ``j`` trained is the
-    step ``window start + j`` of the trajectory. The layer records the whole trajectory while
-    upstream samples (every step its pipeline takes), computes TCD's progress and the credit over
-    all S steps, and stores each sample's advantage at the steps its columns train, as MixGRPO's
-    sliding window is read."""
-
-    INTERNAL = FlowGrpoRuntime.INTERNAL | {"window_start"}
-
-    def reset(self) -> None:
-        super().reset()
-        self.windows = []  # per sampling batch: (delta_s [b, S] float64, window start)
-        self.last_call = None  # (states [b, S+1, ...] as a list, timesteps [S]) of the latest sampling call
-
-    def _invariant_error(self, problem: str) -> PatchError:
-        spec = self.spec
-        return PatchError(file=getattr(spec, "file", "<upstream>"), function="main",
-                          anchor="run-time invariant: the trained window lies in the recorded trajectory",
-                          problem=problem, verified_commit=getattr(spec, "verified_commit", "unknown"),
-                          hook="record_trajectory", spec=getattr(spec, "path", ""), kind="invariant")
-
-    # ---- hook: record_trajectory (module level, after upstream imports pipeline_with_logprob)
-    def record_trajectory(self, pipeline_with_logprob):
-        """Upstream's sampling function, watched: during each call its pipeline module's
-        ``sde_step_with_logprob`` is seen at every step (its input latents, timestep and output:
-        nothing it computes changes), so the whole trajectory is known, not only the window."""
-        # the module of the function itself, under its decorators (``@torch.no_grad()``)
-        namespace = getattr(inspect.unwrap(pipeline_with_logprob), "__globals__", {})
-        if not callable(namespace.get(STEP_FUNCTION)):
-            raise self._invariant_error(f"{getattr(pipeline_with_logprob, '__module__', '?')}.pipeline_with_logprob "
-                                        f"takes no module-level {STEP_FUNCTION}: the layer cannot see its steps")
-        runtime = self
-
-        @functools.wraps(pipeline_with_logprob)
-        def sampling_with_trajectory(*args, **kwargs):
-            states, timesteps, step = [], [], namespace[STEP_FUNCTION]
-
-            def recorded_step(scheduler, model_output, timestep, sample, *rest, **options):
-                result = step(scheduler, model_output, timestep, sample, *rest, **options)
-                if not states:
-                    states.append(sample.detach())
-                states.append(result[0].detach())
-                timesteps.append(float(torch.as_tensor(timestep).flatten()[0]))
-                return result
-
-            namespace[STEP_FUNCTION] = recorded_step
-            try:
-                result = pipeline_with_logprob(*args, **kwargs)
-            finally:
-                namespace[STEP_FUNCTION] = step
-            runtime.last_call = (states, timesteps)
-            return result
-
-        return sampling_with_trajectory
-
-    # ---- hook: collect_window (main, sampling loop, after upstream submits the rewards)
-    def collect_window(self, images: torch.Tensor, prompts, timesteps: torch.Tensor) -> None:
-        """One sampling batch: its images and prompts (registry objectives), and the window's
-        timesteps ``[b, W]`` upstream stored; the batch's whole trajectory is the call just recorded."""
-        self.collect_images(images, prompts)
-        if self.last_call is None:
-            raise self._invariant_error("a sampling batch was stored without a recorded pipeline_with_logprob call")
-        states, steps = self.last_call
-        self.last_call = None
-        trajectory = torch.stack(states, dim=1)  # [b, S+1, ...]
-        delta_s = torch.cat([step_progress(similarity_to_final(trajectory[i:i + 1]).double())
-                             for i in range(trajectory.shape[0])])
-        self.windows.append((delta_s, self.window_start(timesteps, steps)))
-
-    def window_start(self, timesteps: torch.Tensor, steps: list) -> int:
-        """The trajectory step of the window's first column: where the window's timesteps ``[b, W]``
-        (the same in every row) lie among the recorded steps' ``[S]``."""
-        window = [float(t) for t in torch.as_tensor(timesteps)[0].flatten()]
-        for start in range(len(steps) - len(window) + 1):
-            if all(abs(a - b) <= 1e-6 * max(1.0, abs(b)) for a, b in zip(steps[start:], window)):
-                return start
-        raise self._invariant_error(f"the window's timesteps {window} are not consecutive steps of the trajectory "
-                                    f"sampled ({steps})")
-
-    def trajectory(self, samples: dict, num_train_timesteps: int):
-        """``delta_s [B, S]`` over the recorded trajectories; column j of row i trains step
-        ``start_i + j`` (each sampling batch has its own random window)."""
-        if sum(d.shape[0] for d, _ in self.windows) != samples["latents"].shape[0]:
-            raise self._invariant_error(f"{sum(d.shape[0] for d, _ in self.windows)} recorded trajectories for "
-                                        f"{samples['latents'].shape[0]} samples")
-        delta_s = torch.cat([d for d, _ in self.windows])
-        starts = torch.cat([torch.full((d.shape[0],), start, dtype=torch.long) for d, start in self.windows])
-        self.windows = []
-        return delta_s, starts[:, None] + torch.arange(num_train_timesteps)

@@ -7,20 +7,20 @@ steps in ``sample.sde_window_range`` (noise level 0 outside it) and returns the 
 ``latents`` (W+1 states), ``log_probs`` and ``timesteps`` only; ``num_train_timesteps`` is the
 window's size (``num_steps - 1`` without a window), and column j trains the window's step j.
 
-hook ``record_trajectory`` (module level): each sampling call's every step is seen (the pipeline
+hook ``watch_rollout`` (module level): each sampling call's every step is seen (the pipeline
     module's ``sde_step_with_logprob``), so the whole trajectory (S+1 states) is known.
-hook ``collect_window`` (after the rewards are submitted): the batch's TCD progress over all S
-    steps and its window's first step, found from the timesteps upstream stores.
+hook ``collect_rollout`` (after the rewards are submitted): the batch's TCD progress over all S
+    steps and its window's first step, where the window's latents upstream keeps lie in it.
 hook ``per_step_advantages``: the credit over the whole trajectory; each row's column j is its
     advantage at step ``window start + j``. Everything else as in SD3.
 """
 from __future__ import annotations
 
 from .descriptor import Target
-from .flowgrpo import WindowedFlowGrpoRuntime
+from .flowgrpo_window import WindowedFlowRuntime
 
 
-class Sd3FastRuntime(WindowedFlowGrpoRuntime):
+class Sd3FastRuntime(WindowedFlowRuntime):
     """FlowGRPO's SD3-Fast trainer: the family's windowed runtime does it all."""
 
 
