@@ -4,19 +4,21 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
-from dataclasses import asdict, dataclass
+from dataclasses import MISSING, asdict, dataclass, fields
 from typing import Optional, Sequence
 
 from . import flags
 from .credit import MODES, CreditConfig
 from .flags import flag
 from .suggest import did_you_mean
-from .objective_set import WEIGHTS_RULE
 
 #: The environment variable through which `scripts/otca_run.sh` hands the flags to every process
 #: that a launcher (torchrun, accelerate) starts: upstream shell scripts pass fixed arguments.
 ENV_ARGS = "OTCA_PATCH_ARGS"
 FLAG_PREFIX = "--otca"
+#: how --otca_objective_weights addresses objectives (said in every message about their count)
+WEIGHTS_RULE = ("give one weight per objective column once names expand "
+                "(Hunyuan's upstream: upstream.vq,upstream.mq,upstream.ta)")
 
 
 @dataclass
@@ -91,12 +93,11 @@ class OtcaConfig:
                                  f"{WEIGHTS_RULE}")
         if self.otca and self.otca_observe:
             raise ValueError("--otca and --otca_observe exclude each other: observe trains vanilla")
-        if self.otca_sync_grads and not self.active:
-            raise ValueError("--otca_sync_grads needs --otca or --otca_observe (the fix is installed by the layer)")
-        if (self.otca_wan22 or self.otca_wan22_train != "both") and not self.active:
-            raise ValueError("--otca_wan22 / --otca_wan22_train need --otca or --otca_observe (the layer loads the experts)")
-        if self.otca_video_frames < 1:
-            raise ValueError(f"--otca_video_frames: need at least 1 frame, got {self.otca_video_frames}")
+        given = given_target_flags(self)
+        if given and not self.active:
+            # a target's runtime acts on them, and a vanilla run has none: never silently ignored
+            raise ValueError(f"{', '.join('--' + name for name in given)}: target-only flags need --otca or "
+                             f"--otca_observe (the layer acts on them)")
         if not self.otca_rank_check_timeout > 0:
             raise ValueError(f"--otca_rank_check_timeout: give a positive number of seconds, got {self.otca_rank_check_timeout}")
         self.credit_config()  # validates every credit option, naming it
@@ -126,6 +127,26 @@ class OtcaConfig:
     def to_argv(self) -> list[str]:
         """Flags that ``parse_otca_args`` turns back into this config (only non-defaults)."""
         return flags.to_argv(self)
+
+
+def target_only_flags() -> tuple:
+    """The flags that mean something for some targets only (``flag(..., target_only=True)``): a
+    target takes one exactly when its spec lists it in ``[target] flags``; its runtime checks the value."""
+    return tuple(f.name for f in fields(OtcaConfig) if f.metadata.get("target_only"))
+
+
+def given_target_flags(config: OtcaConfig) -> list:
+    """The target-only flags ``config`` sets to something other than their default."""
+    return [f.name for f in fields(OtcaConfig) if f.metadata.get("target_only")
+            and getattr(config, f.name) != (f.default if f.default is not MISSING else f.default_factory())]
+
+
+def refuse_foreign_flags(config: OtcaConfig, target: str, accepted) -> None:
+    """A target-only flag given to a target whose spec does not list it is an error naming both."""
+    foreign = [name for name in given_target_flags(config) if name not in accepted]
+    if foreign:
+        takes = f" (flags of this target: {', '.join('--' + f for f in sorted(accepted))})" if accepted else ""
+        raise ValueError(f"{', '.join('--' + name for name in foreign)}: not a flag of target {target}{takes}")
 
 
 def build_parser() -> argparse.ArgumentParser:

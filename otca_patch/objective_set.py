@@ -13,11 +13,10 @@ from typing import Mapping, Optional, Sequence
 
 import torch
 
+from .config import WEIGHTS_RULE
+
 #: The objective name for the reward that the upstream trainer computes itself (never recomputed).
 UPSTREAM = "upstream"
-#: how --otca_objective_weights addresses objectives (said in every message about their count)
-WEIGHTS_RULE = ("give one weight per objective column once names expand "
-                "(Hunyuan's upstream: upstream.vq,upstream.mq,upstream.ta)")
 
 
 class UpstreamRewards:

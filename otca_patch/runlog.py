@@ -5,15 +5,16 @@ import errno
 import json
 import math
 import os
+import sys
 
-import torch
-
+#: the run log's file name in ``--otca_log_dir`` (``otca-patch compare`` reads it: ``analysis.logs``)
 LOG_NAME = "run_log.jsonl"
 
 
 def to_jsonable(value):
     """Tensors become (nested) lists of floats/ints; non-finite floats become None (valid JSON)."""
-    if isinstance(value, torch.Tensor):
+    torch = sys.modules.get("torch")  # no tensor exists before torch is imported: readers need no torch
+    if torch is not None and isinstance(value, torch.Tensor):
         value = value.detach().cpu()
         value = value.tolist() if value.dim() else value.item()
     if isinstance(value, dict):

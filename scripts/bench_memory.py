@@ -35,8 +35,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from otca_patch.config import OtcaConfig  # noqa: E402
 from otca_patch.targets.dancegrpo import GrpoRuntime  # noqa: E402
-from otca_patch.targets.dancegrpo_flux import FluxRuntime  # noqa: E402
-from otca_patch.targets.dancegrpo_hunyuan import HunyuanRuntime  # noqa: E402
+from otca_patch.targets.registry import runtime_for  # noqa: E402
 
 #: name -> (rollouts per rank, kept rows, sampling steps, one latent's shape)
 SHAPES = {"flux-512": (12, 12, 16, (1024, 64)), "hunyuan-480x53": (24, 8, 16, (16, 14, 60, 60))}
@@ -131,7 +130,7 @@ def _measure(meter, credit, fingerprint) -> dict:
 def bench(name: str, path: str, scale: float, steps: int, device) -> dict:
     config = OtcaConfig(otca=True, otca_log_dir="/tmp/otca_bench_memory_logs",
                         otca_rewards=("upstream",) if name == "flux-512" else ("upstream.vq", "upstream.mq", "upstream.ta"))
-    runtime = (FluxRuntime if name == "flux-512" else HunyuanRuntime)(config)
+    runtime = runtime_for("dancegrpo-flux" if name == "flux-512" else "dancegrpo-hunyuan", config)
     batch, kept_rows, _, _ = SHAPES[name]
     args = Namespace(use_group=True, num_generations=batch, bestofn=kept_rows, vq_coef=1.0, mq_coef=1.0)
     meter, figures, trajectory = PeakMeter(device), [], 0

@@ -38,7 +38,8 @@ SPEC = textwrap.dedent('''\
     name = "synthetic-trainer"
     upstream = "Synthetic"
     file = "trainer/train.py"
-    runtime = "synthetic_ab_runtime"
+    runtime = "synthetic_ab_runtime:Runtime"
+    outputs = ["images", "reward.txt"]  # what the trainer writes into its working directory: each A/B side gets its own
     verified_commit = "0000000000000000000000000000000000000000"
     verified_sha256 = "0000000000000000000000000000000000000000000000000000000000000000"
 
@@ -54,10 +55,9 @@ SPEC = textwrap.dedent('''\
 # observe logs and leaves the rewards alone; --otca "trains better": doubles the first objective
 RUNTIME = textwrap.dedent('''\
     from otca_patch.runlog import RunLog
-    from otca_patch.targets.descriptor import Target
 
     class Runtime:
-        def __init__(self, config):
+        def __init__(self, config, spec):
             self.config, self.log_file = config, RunLog(config.otca_log_dir)
         def describe(self):
             return "synthetic"
@@ -69,9 +69,6 @@ RUNTIME = textwrap.dedent('''\
                                  "rewards": rewards, "step_weights": [[1.0, 0.5, 1.5]] * 2,
                                  "mixture": [[0.5, 0.5]] * 2})
             return rewards
-
-    # what the trainer writes into its working directory: each A/B side gets its own
-    TARGET = Target("synthetic-trainer", Runtime, outputs=("images", "reward.txt"))
 ''')
 
 LAUNCH = textwrap.dedent('''\

@@ -172,7 +172,7 @@ def test_doctor_says_which_hook_points_needed_a_tail(tmp_path, capsys):
 name = "synthetic"
 upstream = "Synthetic"
 file = "pkg/train.py"
-runtime = "unused"
+runtime = "unused:Unused"
 verified_commit = "abc1234"
 verified_sha256 = "{hashlib.sha256(source().encode()).hexdigest()}"
 

@@ -154,6 +154,6 @@ def test_block_interval_is_the_t_interval_of_the_latest_whole_blocks():
     values = np.array([100.0, 1, 3, 2, 4, 6, 8])  # the earliest remainder (100) is left out
     interval = block_interval(values, 2)
     means = np.array([2.0, 3.0, 7.0])
-    half = 4.303 * means.std(ddof=1) / np.sqrt(3)
+    half = 0.95 / np.sqrt(2 * 0.975 * 0.025) * means.std(ddof=1) / np.sqrt(3)  # t_{0.975, 2}, closed form
     assert interval["n"] == 3 and interval["mean"] == pytest.approx(4.0)
     assert (interval["low"], interval["high"]) == pytest.approx((4.0 - half, 4.0 + half))

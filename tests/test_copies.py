@@ -181,7 +181,7 @@ def test_an_explicit_name_picks_that_spec_for_a_path_two_specs_share(synthetic, 
     upstream, env = synthetic
     patches, runtimes = tmp_path / "patches", tmp_path / "runtime"
     variant = (patches / "synthetic.toml").read_text().replace('name = "synthetic-trainer"', 'name = "synthetic-variant"')
-    variant = variant.replace('runtime = "synthetic_runtime"', 'runtime = "variant_runtime"')
+    variant = variant.replace('runtime = "synthetic_runtime:Runtime"', 'runtime = "variant_runtime:Runtime"')
     (patches / "variant.toml").write_text(variant.replace('anchor = "return advantages"', 'anchor = "return list(advantages)"'))
     (runtimes / "variant_runtime.py").write_text((runtimes / "synthetic_runtime.py").read_text()
                                                  .replace("2.0 if", "10.0 if").replace('"synthetic-trainer"', '"synthetic-variant"'))

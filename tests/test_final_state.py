@@ -5,26 +5,21 @@ import torch
 
 from otca_patch.config import OtcaConfig
 from otca_patch.credit import similarity_to_final
+from otca_patch.targets.registry import runtime_for
 
 
 def config(tmp_path, final_state):
     return OtcaConfig(otca=True, otca_final_state=final_state, otca_log_dir=str(tmp_path))
 
 
-@pytest.mark.parametrize("module,runtime", [("dancegrpo_hunyuan", "HunyuanRuntime"), ("dancegrpo_wan", "WanRuntime"),
-                                            ("flowgrpo_sd3", "Sd3Runtime")])
-def test_runtimes_without_the_sampler_hook_refuse_prediction(tmp_path, module, runtime):
-    import importlib
-
-    cls = getattr(importlib.import_module(f"otca_patch.targets.{module}"), runtime)
-    with pytest.raises(ValueError, match="^--otca_final_state: not a flag of target "):
-        cls(config(tmp_path, "prediction"))
+@pytest.mark.parametrize("target", ["dancegrpo-hunyuan", "dancegrpo-wan", "flowgrpo-sd3"])
+def test_runtimes_without_the_sampler_hook_refuse_prediction(tmp_path, target):
+    with pytest.raises(ValueError, match=rf"^--otca_final_state: not a flag of target {target}\b"):
+        runtime_for(target, config(tmp_path, "prediction"))
 
 
 def test_flux_uses_the_collected_predictions_as_the_final_state(tmp_path):
-    from otca_patch.targets.dancegrpo_flux import FluxRuntime
-
-    runtime = FluxRuntime(config(tmp_path, "prediction"))
+    runtime = runtime_for("dancegrpo-flux", config(tmp_path, "prediction"))
     latents = torch.randn(4, 5, 3, 8)  # B=4 samples, S+1=5 states, packed [tokens, channels]
     predictions = torch.randn(4, 3, 8)
     for chunk in predictions.split(1):  # upstream samples one prompt-sample at a time
@@ -43,9 +38,7 @@ def test_flux_uses_the_collected_predictions_as_the_final_state(tmp_path):
 
 
 def test_latent_is_the_default_and_collects_nothing(tmp_path):
-    from otca_patch.targets.dancegrpo_flux import FluxRuntime
-
-    runtime = FluxRuntime(config(tmp_path, "latent"))
+    runtime = runtime_for("dancegrpo-flux", config(tmp_path, "latent"))
     assert OtcaConfig().otca_final_state == "latent"
     runtime.collect_final_prediction(torch.randn(1, 3, 8))
     assert runtime.final_predictions == [] and runtime.final_state(torch.randn(1, 5, 3, 8)) is None

@@ -7,8 +7,7 @@ import pytest
 import torch
 
 from otca_patch.config import OtcaConfig
-from otca_patch.targets.flowgrpo_sd3 import Sd3Runtime
-
+from otca_patch.targets.registry import runtime_for
 from upstream_snapshots import missing, unpack_snapshot
 
 STEPS = 3
@@ -36,7 +35,7 @@ class Tokenizer:
 
 def one_epoch(tmp_path, stat_tracker, mode):
     """Upstream's advantages, the layer's hook, then upstream's mask expression on what is trained."""
-    runtime = Sd3Runtime(OtcaConfig(otca=True, otca_mode=mode, otca_log_dir=str(tmp_path / mode),
+    runtime = runtime_for("flowgrpo-sd3", OtcaConfig(otca=True, otca_mode=mode, otca_log_dir=str(tmp_path / mode),
                                     otca_std_correction=0, otca_adv_eps=1e-4))
     runtime.bind_objectives(None, "cpu")
     rewards = torch.tensor(REWARDS, dtype=torch.float64)

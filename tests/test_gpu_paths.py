@@ -12,8 +12,7 @@ import torch
 
 from otca_patch.config import OtcaConfig
 from otca_patch.smoke import environment, harness, meter
-from otca_patch.targets.dancegrpo_flux import FluxRuntime
-
+from otca_patch.targets.registry import runtime_for
 from fake_cuda import FakeCuda
 
 REPO = Path(__file__).resolve().parent.parent
@@ -66,7 +65,7 @@ def test_models_and_loader_batches_go_to_the_ranks_gpu(monkeypatch):
 
 
 def test_bf16_latents_under_autocast_train_in_upstreams_dtype(tmp_path):
-    runtime = FluxRuntime(OtcaConfig(otca=True, otca_log_dir=str(tmp_path)))
+    runtime = runtime_for("dancegrpo-flux", OtcaConfig(otca=True, otca_log_dir=str(tmp_path)))
     all_latents = torch.randn(4, 7, 16, 64).to(torch.bfloat16)
     samples = {"log_probs": torch.randn(4, 6, dtype=torch.bfloat16)[:, :-1], "rewards": torch.randn(4)}
     upstream = torch.randn(4, dtype=torch.bfloat16)

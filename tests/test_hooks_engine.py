@@ -144,13 +144,13 @@ def test_wildcards():
 
 def test_spec_loading_validates(tmp_path: Path):
     good = tmp_path / "good.toml"
-    good.write_text('[target]\nname="t"\nupstream="U"\nfile="a/b.py"\nruntime="m"\nverified_commit="c"\n'
+    good.write_text('[target]\nname="t"\nupstream="U"\nfile="a/b.py"\nruntime="m:R"\nverified_commit="c"\n'
                     'verified_sha256="s"\n[[hooks]]\nname="h"\nfunction="f"\nanchor="x = 1"\naction="replace"\ncode="x = 2"\nreads=[]\n')
     spec = load_spec(good)
     assert spec.hooks[0].count == 1 and spec.matches_script("/somewhere/a/b.py") and not spec.matches_script("/b.py")
     bad = tmp_path / "bad.toml"
     bad.write_text(good.read_text().replace('action="replace"', 'action="delete"'))
-    with pytest.raises(ValueError, match=r"bad.toml: hooks\[0\] \(h\): action 'delete'"):
+    with pytest.raises(ValueError, match=r"bad.toml: \[\[hooks\]\] h: action 'delete'"):
         load_spec(bad)
     missing = tmp_path / "missing.toml"
     missing.write_text(good.read_text().replace('verified_commit="c"\n', ""))
@@ -164,12 +164,13 @@ def test_spec_loading_validates(tmp_path: Path):
 
 def test_shipped_specs_load_and_name_existing_runtimes():
     from otca_patch.hooks import load_specs
-    from otca_patch.targets.registry import target_of
+    from otca_patch.targets.base import Runtime
+    from otca_patch.targets.registry import runtime_class
 
     specs = load_specs()
     assert specs, "patches/ holds no spec"
     for spec in specs:
-        assert target_of(spec).name == spec.name, spec.runtime
+        assert issubclass(runtime_class(spec), Runtime), spec.runtime
         assert len(spec.verified_commit) == 40 and len(spec.verified_sha256) == 64
 
 
@@ -206,7 +207,7 @@ def test_pins_must_hold_on_the_upstream_file():
 
 
 def test_spec_reads_must_match_the_code(tmp_path: Path):
-    base = ('[target]\nname="t"\nupstream="U"\nfile="a/b.py"\nruntime="m"\nverified_commit="c"\nverified_sha256="s"\n'
+    base = ('[target]\nname="t"\nupstream="U"\nfile="a/b.py"\nruntime="m:R"\nverified_commit="c"\nverified_sha256="s"\n'
             '[[hooks]]\nname="h"\nfunction="f"\nanchor="x = 1"\naction="replace"\ncode="x = g(y, len(z)) + __otca__.k"\n')
     path = tmp_path / "s.toml"
     path.write_text(base + 'reads=["y", "z", "g"]\n')
@@ -218,7 +219,7 @@ def test_spec_reads_must_match_the_code(tmp_path: Path):
     with pytest.raises(ValueError, match="`reads` must list"):
         load_spec(path)
     path.write_text(base + 'reads=["y", "z", "g"]\n[[pins]]\nname="p"\nfunction="f"\nanchor="y[:, i]"\ncode="x"\n')
-    with pytest.raises(ValueError, match=r"pins\[0\] \(p\): unknown keys \['code'\]"):
+    with pytest.raises(ValueError, match=r"\[\[pins\]\] p: unknown keys \['code'\]"):
         load_spec(path)
 
 

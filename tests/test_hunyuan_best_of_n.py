@@ -10,8 +10,7 @@ import torch
 from otca_patch.config import OtcaConfig
 from otca_patch.credit import CreditConfig, credit_from_progress
 from otca_patch.targets.dancegrpo import STEP_KEY
-from otca_patch.targets.dancegrpo_hunyuan import HunyuanRuntime
-
+from otca_patch.targets.registry import runtime_for
 from upstream_snapshots import missing, unpack_snapshot
 
 STEPS = 5  # S sampling steps: all_latents [B, S+1, ...], log_probs [B, S], trained columns S-1
@@ -56,7 +55,7 @@ def run_step(tmp_path, upstream_blocks, prompts, generations, args, seed, vq=Non
     Returns (samples after best-of-n, the layer's runtime)."""
     normalise, best_of_n = upstream_blocks
     flags = {"otca_mode": "multi_grpo", "otca_rewards": ("upstream.vq",), **flags}
-    runtime = HunyuanRuntime(OtcaConfig(otca=True, otca_log_dir=str(tmp_path / "logs"), **flags))
+    runtime = runtime_for("dancegrpo-hunyuan", OtcaConfig(otca=True, otca_log_dir=str(tmp_path / "logs"), **flags))
     runtime.reset()
     samples, all_latents, ta = _rollout(prompts, generations, seed, vq)
     for value in ta.tolist():
@@ -133,7 +132,7 @@ def test_otca_credit_of_kept_rows_is_the_whole_groups_credit_at_those_rows(tmp_p
 
 def test_latents_of_the_kept_rows_only_stop_with_the_hook_named(tmp_path, upstream_blocks):
     args = _args(8, 4)
-    runtime = HunyuanRuntime(OtcaConfig(otca=True, otca_log_dir=str(tmp_path / "logs")))
+    runtime = runtime_for("dancegrpo-hunyuan", OtcaConfig(otca=True, otca_log_dir=str(tmp_path / "logs")))
     runtime.reset()
     samples, all_latents, ta = _rollout(2, 8, 0)
     for value in ta.tolist():

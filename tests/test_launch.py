@@ -30,7 +30,7 @@ SPEC = textwrap.dedent('''\
     name = "synthetic-trainer"
     upstream = "Synthetic"
     file = "trainer/train.py"
-    runtime = "synthetic_runtime"
+    runtime = "synthetic_runtime:Runtime"
     verified_commit = "0000000000000000000000000000000000000000"
     verified_sha256 = "0000000000000000000000000000000000000000000000000000000000000000"
 
@@ -44,17 +44,13 @@ SPEC = textwrap.dedent('''\
 ''')
 
 RUNTIME = textwrap.dedent('''\
-    from otca_patch.targets.descriptor import Target
-
     class Runtime:
-        def __init__(self, config):
+        def __init__(self, config, spec):
             self.factor = 2.0 if config.otca_mode == "otca" else 3.0
         def describe(self):
             return "synthetic"
         def scale(self, values):
             return [self.factor * v for v in values]
-
-    TARGET = Target("synthetic-trainer", Runtime)
 ''')
 
 

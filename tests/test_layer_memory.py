@@ -10,9 +10,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from otca_patch.config import OtcaConfig
-from otca_patch.targets.dancegrpo_flux import FluxRuntime
-from otca_patch.targets.dancegrpo_hunyuan import HunyuanRuntime
-
+from otca_patch.targets.registry import runtime_for
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "bench_memory.py"
 
 
@@ -41,7 +39,7 @@ def _trajectory(batch, steps=8):
 
 
 def test_flux_credit_reads_the_latents_in_place(tmp_path):
-    runtime = FluxRuntime(OtcaConfig(otca=True, otca_log_dir=str(tmp_path)))
+    runtime = runtime_for("dancegrpo-flux", OtcaConfig(otca=True, otca_log_dir=str(tmp_path)))
     all_latents, log_probs = _trajectory(8)
     samples = {"log_probs": log_probs[:, :-1], "rewards": torch.randn(8)}
     args = Namespace(use_group=True, num_generations=4)
@@ -52,7 +50,7 @@ def test_flux_credit_reads_the_latents_in_place(tmp_path):
 
 
 def test_hunyuan_best_of_n_credit_copies_no_rows(tmp_path):
-    runtime = HunyuanRuntime(OtcaConfig(otca=True, otca_log_dir=str(tmp_path)))
+    runtime = runtime_for("dancegrpo-hunyuan", OtcaConfig(otca=True, otca_log_dir=str(tmp_path)))
     runtime.reset()
     all_latents, log_probs = _trajectory(8)
     for value in torch.rand(8).tolist():

@@ -8,8 +8,7 @@ from otca_patch.credit import CreditConfig, credit_from_progress
 from otca_patch.objective_set import Objectives, UpstreamRewards
 from otca_patch.rewards import registry
 from otca_patch.rewards.base import RewardModel
-from otca_patch.targets.dancegrpo_hunyuan import HunyuanRuntime
-
+from otca_patch.targets.registry import runtime_for
 HUNYUAN = UpstreamRewards(columns=("vq", "mq", "ta"))
 
 
@@ -37,7 +36,7 @@ def fake_videoalign(monkeypatch):
 def hunyuan(tmp_path, argv):
     config, rest = parse_otca_args(["--otca", "--otca_log_dir", str(tmp_path / "logs"), *argv])
     assert rest == []
-    return HunyuanRuntime(config)
+    return runtime_for("dancegrpo-hunyuan", config)
 
 
 def test_one_weight_for_a_name_that_expands_says_the_rule(tmp_path):

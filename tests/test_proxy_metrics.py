@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-from otca_patch.proxy import (
+from otca_patch.demo.proxy import (
     METRIC_NAMES, PAPER_TABLE5, ROW_KEYS, argmax_distance, average_ranks, control_proxies, format_against_paper,
     format_rows, pairwise_agreement, pearson, proxy_metrics, proxy_rows, recall_at_k, residual_pearson, spearman,
 )

@@ -137,18 +137,15 @@ DIST_TRAINER = textwrap.dedent('''\
 GATHERING_RUNTIME = textwrap.dedent('''\
     import torch
     from otca_patch.distributed import gather_rows
-    from otca_patch.targets.descriptor import Target
 
     class Runtime:
-        def __init__(self, config):
+        def __init__(self, config, spec):
             pass
         def describe(self):
             return "synthetic, gathers like the credit"
         def scale(self, values):
             gather_rows(torch.tensor(values)[:, None])  # the layer's own collective
             return [2.0 * v for v in values]
-
-    TARGET = Target("synthetic-trainer", Runtime)
 ''')
 
 

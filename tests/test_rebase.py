@@ -20,7 +20,7 @@ SPEC = textwrap.dedent('''\
     name = "synthetic-trainer"
     upstream = "Synthetic"
     file = "trainer/train.py"
-    runtime = "synthetic_runtime"
+    runtime = "synthetic_runtime:Runtime"
     verified_commit = "0000000000000000000000000000000000000000"
     verified_sha256 = "0000000000000000000000000000000000000000000000000000000000000000"
 

@@ -9,8 +9,7 @@ import torch
 from otca_patch.config import OtcaConfig
 from otca_patch.devices import reward_device
 from otca_patch.rewards import tiny
-from otca_patch.targets.dancegrpo_flux import FluxRuntime
-
+from otca_patch.targets.registry import runtime_for
 from fake_cuda import FakeCuda
 
 _CLIP = {}
@@ -40,7 +39,7 @@ def one_rank(tmp_path, monkeypatch, rank, announce_local_rank=True, **fields):
         monkeypatch.setenv("LOCAL_RANK", str(rank))
     else:
         monkeypatch.delenv("LOCAL_RANK", raising=False)
-    runtime = FluxRuntime(config(tmp_path / str(rank), **fields))  # install: before upstream's set_device
+    runtime = runtime_for("dancegrpo-flux", config(tmp_path / str(rank), **fields))  # install: before upstream's set_device
     loaded = cuda.indices("module")
     torch.cuda.set_device(rank)  # upstream, train_grpo_flux.py main()
     cuda.moves.clear()

@@ -4,13 +4,15 @@ marked ``INTERNAL``: the runtime, its family or tools call it). A typo in a spec
 a GPU node."""
 import ast
 import inspect
+import shutil
 import textwrap
+from pathlib import Path
 
 import pytest
 
 from otca_patch.hooks.rewrite import RUNTIME_NAME
 from otca_patch.hooks.spec import load_spec, load_specs
-from otca_patch.targets.registry import target_of
+from otca_patch.targets.registry import runtime_class
 
 
 def runtime_uses(spec) -> dict:
@@ -59,7 +61,7 @@ def unused_methods(pairs) -> list:
 def shipped():
     specs = load_specs()
     assert specs, "patches/ holds no spec"
-    return [(spec, target_of(spec).runtime) for spec in specs]
+    return [(spec, runtime_class(spec)) for spec in specs]
 
 
 def test_every_runtime_attribute_a_spec_uses_exists(shipped):
@@ -78,11 +80,15 @@ def test_internal_names_are_real_methods(shipped):
 
 
 def test_a_typo_in_a_spec_is_caught(shipped, tmp_path):
+    """In a copy of the patches folder, a typo in the skeleton a spec extends reaches that spec."""
     spec, runtime = shipped[0]
-    text = open(spec.path).read()
+    copy = tmp_path / "patches"
+    shutil.copytree(Path(spec.path).parents[1], copy)
     name = next(iter(runtime_uses(spec)))
-    (tmp_path / "typo.toml").write_text(text.replace(f"__otca__.{name}(", f"__otca__.{name}_typo(", 1))
-    typo = load_spec(tmp_path / "typo.toml")
+    hook = next(h for h in spec.hooks if f"__otca__.{name}(" in h.code)
+    written = copy / Path(hook.origin).relative_to(Path(spec.path).parents[1])  # the spec or its skeleton
+    written.write_text(written.read_text().replace(f"__otca__.{name}(", f"__otca__.{name}_typo(", 1))
+    typo = load_spec(copy / Path(spec.path).relative_to(Path(spec.path).parents[1]))
     assert any(f"__otca__.{name}_typo" in p for p in missing_on_runtime(typo, runtime))
 
 

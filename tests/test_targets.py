@@ -1,4 +1,4 @@
-"""Target descriptors and the runtime base: target-only flags, working-directory outputs for A/B
+"""Targets (their specs) and the runtime base: target-only flags, working-directory outputs for A/B
 copies, upstream's own reward columns, observe mode."""
 from pathlib import Path
 
@@ -8,10 +8,7 @@ import torch
 from otca_patch.ab.workdir import cwd_outputs
 from otca_patch.config import OtcaConfig
 from otca_patch.objective_set import Objectives, UpstreamRewards
-from otca_patch.targets.dancegrpo_flux import FluxRuntime
-from otca_patch.targets.dancegrpo_hunyuan import HunyuanRuntime
-from otca_patch.targets.dancegrpo_wan import WanRuntime
-from otca_patch.targets.descriptor import Target
+from otca_patch.targets.registry import runtime_for
 
 
 def config(tmp_path, **fields):
@@ -19,19 +16,19 @@ def config(tmp_path, **fields):
 
 
 def test_a_target_only_flag_is_refused_by_targets_that_do_not_take_it(tmp_path):
-    assert WanRuntime(config(tmp_path, otca_sync_grads=True)).config.otca_sync_grads
+    assert runtime_for("dancegrpo-wan", config(tmp_path, otca_sync_grads=True)).config.otca_sync_grads
     with pytest.raises(ValueError, match=r"--otca_sync_grads: not a flag of target dancegrpo-flux"):
-        FluxRuntime(config(tmp_path, otca_sync_grads=True))
+        runtime_for("dancegrpo-flux", config(tmp_path, otca_sync_grads=True))
     with pytest.raises(ValueError, match=r"--otca_video_frames: not a flag of target dancegrpo-flux"):
-        FluxRuntime(config(tmp_path, otca_video_frames=8))
-    HunyuanRuntime(config(tmp_path, otca_video_frames=8))  # a video target takes it
+        runtime_for("dancegrpo-flux", config(tmp_path, otca_video_frames=8))
+    runtime_for("dancegrpo-hunyuan", config(tmp_path, otca_video_frames=8))  # a video target takes it
 
 
-def test_a_descriptor_names_only_target_only_flags_and_owns_its_runtime():
-    with pytest.raises(ValueError, match="otca_w_min"):
-        Target("x", type("R", (), {}), flags=("otca_w_min",))
-    with pytest.raises(ValueError, match="already belongs to target dancegrpo-flux"):
-        Target("another", FluxRuntime)
+def test_targets_share_a_family_runtime_class_and_each_instance_knows_its_own_spec(tmp_path):
+    flux, qwen = runtime_for("dancegrpo-flux", config(tmp_path)), runtime_for("dancegrpo-qwenimage", config(tmp_path))
+    assert type(flux) is type(qwen) and type(flux).__name__ == "GrpoRuntime"
+    assert (flux.spec.name, qwen.spec.name) == ("dancegrpo-flux", "dancegrpo-qwenimage")
+    assert "target" not in vars(type(flux)), "no class-level target: several targets share the class"
 
 
 def _checkout(tmp_path, *files):
@@ -41,7 +38,7 @@ def _checkout(tmp_path, *files):
     return tmp_path
 
 
-def test_ab_outputs_come_from_the_descriptor_of_the_launched_trainer(tmp_path):
+def test_ab_outputs_come_from_the_spec_of_the_launched_trainer(tmp_path):
     checkout = _checkout(tmp_path / "DanceGRPO", "fastvideo/train_grpo_flux.py", "fastvideo/train_grpo_hunyuan.py")
     hunyuan = tmp_path / "hunyuan.sh"
     hunyuan.write_text("torchrun fastvideo/train_grpo_hunyuan.py --seed 1\n")
@@ -86,9 +83,9 @@ def test_one_reward_trainers_offer_plain_upstream_only():
 def test_observe_trains_upstreams_value_itself_and_otca_casts_to_it(tmp_path):
     upstream = torch.tensor([[1.0, 2.0]], dtype=torch.bfloat16)
     otca = torch.tensor([[3.0, 4.0]], dtype=torch.float64)
-    observing = FluxRuntime(OtcaConfig(otca_observe=True, otca_log_dir=str(tmp_path)))
+    observing = runtime_for("dancegrpo-flux", OtcaConfig(otca_observe=True, otca_log_dir=str(tmp_path)))
     assert observing.choose(otca, upstream) is upstream
-    trained = FluxRuntime(config(tmp_path)).choose(otca, upstream)
+    trained = runtime_for("dancegrpo-flux", config(tmp_path)).choose(otca, upstream)
     assert trained.dtype == torch.bfloat16 and torch.equal(trained, otca.to(torch.bfloat16))
 
 
@@ -97,22 +94,39 @@ def test_mixgrpo_objectives_and_weights_come_from_the_reward_models_upstream_bui
     are bound at its first training step, from the ``reward_weights`` it passes ``train_one_step``."""
     from types import SimpleNamespace
 
-    from otca_patch.targets.mixgrpo_flux import MixFluxRuntime
-
     built = {"HPSClipRewardModel": 0.4, "ImageRewardModel": 0.2, "PickScoreRewardModel": 0.2, "UnifiedRewardModel": 0.2}
     aggr = SimpleNamespace(multi_reward_mix="advantage_aggr", trimmed_ratio=0.0)
-    runtime = MixFluxRuntime(config(tmp_path))
+    runtime = runtime_for("mixgrpo-flux", config(tmp_path))
     assert "each reward model MixGRPO builds" in runtime.describe()
     runtime.bind_upstream_rewards(built, aggr)
     assert runtime.objectives.names == tuple(f"upstream.{name}" for name in built)
     assert runtime.credit_config.objective_weights == (0.4, 0.2, 0.2, 0.2)
     named = tuple(f"upstream.{name}" for name in ("PickScoreRewardModel", "HPSClipRewardModel"))
-    given = MixFluxRuntime(config(tmp_path, otca_rewards=named, otca_objective_weights=(1.0, 3.0)))
+    given = runtime_for("mixgrpo-flux", config(tmp_path, otca_rewards=named, otca_objective_weights=(1.0, 3.0)))
     given.bind_upstream_rewards(built, aggr)
     assert given.objectives.names == named and given.credit_config.objective_weights == (1.0, 3.0)
-    summed = MixFluxRuntime(config(tmp_path))
+    summed = runtime_for("mixgrpo-flux", config(tmp_path))
     summed.bind_upstream_rewards(built, SimpleNamespace(multi_reward_mix="reward_aggr", trimmed_ratio=0.0))
     assert summed.objectives.names == ("upstream",) and summed.credit_config.objective_weights is None
     with pytest.raises(ValueError, match="upstream.CLIPScoreRewardModel is not a reward this trainer computes"):
-        picked = MixFluxRuntime(config(tmp_path, otca_rewards=("upstream.CLIPScoreRewardModel",)))
+        picked = runtime_for("mixgrpo-flux", config(tmp_path, otca_rewards=("upstream.CLIPScoreRewardModel",)))
         picked.bind_upstream_rewards(built, aggr)
+
+
+def test_the_run_log_names_the_spec_once(tmp_path):
+    """One record of the spec (docs/run-log.md): no second ``target`` field repeating it."""
+    import json
+
+    from otca_patch.runlog import LOG_NAME
+    from otca_patch.targets.registry import spec_named
+
+    runtime = runtime_for("dancegrpo-flux", config(tmp_path))
+    runtime.record = {"summary": {}}
+    assert runtime.write_record()
+    [line] = (tmp_path / "logs" / LOG_NAME).read_text().splitlines()
+    record = json.loads(line)
+    spec = spec_named("dancegrpo-flux")
+    assert "target" not in record
+    assert record["spec"] == {"target": "dancegrpo-flux", "upstream": "DanceGRPO", "file": "fastvideo/train_grpo_flux.py",
+                              "path": spec.path, "extends": list(spec.extends), "chosen": ""}
+    assert [Path(p).name for p in record["spec"]["extends"]] == ["_flux_family.toml", "_dancegrpo.toml"]

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from otca_patch.targets.wan22 import ExpertRouter, boundary_timestep, is_wan22_checkpoint, load_experts, save_experts
+from otca_patch.targets.registry import runtime_for
 
 diffusers = pytest.importorskip("diffusers")
 if not hasattr(diffusers, "WanTransformer3DModel"):
@@ -75,16 +76,14 @@ def test_the_wan_runtime_leaves_wan21_as_upstream_has_it(checkpoint, tmp_path):
     from safetensors.torch import load_file
 
     from otca_patch.config import OtcaConfig
-    from otca_patch.targets.dancegrpo_wan import WanRuntime
-
-    runtime = WanRuntime(OtcaConfig(otca=True, otca_log_dir=str(tmp_path / "logs")))
+    runtime = runtime_for("dancegrpo-wan", OtcaConfig(otca=True, otca_log_dir=str(tmp_path / "logs")))
     model = tiny()
     wan21 = argparse.Namespace(pretrained_model_name_or_path=str(tmp_path / "no-index"))
     assert runtime.load_experts(model, wan21) is model and runtime.router is None
     runtime.save_transformer(model, model.state_dict(), str(tmp_path), str(tmp_path / "weights.safetensors"))
     saved = load_file(str(tmp_path / "weights.safetensors"))
     assert saved.keys() == model.state_dict().keys()
-    strict = WanRuntime(OtcaConfig(otca=True, otca_wan22=True, otca_log_dir=str(tmp_path / "logs")))
+    strict = runtime_for("dancegrpo-wan", OtcaConfig(otca=True, otca_wan22=True, otca_log_dir=str(tmp_path / "logs")))
     with pytest.raises(ValueError, match="declares no transformer_2"):
         strict.load_experts(model, wan21)
     detected = runtime.load_experts(model, argparse.Namespace(pretrained_model_name_or_path=str(checkpoint)))

@@ -15,8 +15,7 @@ import torch
 wandb = pytest.importorskip("wandb")
 
 from otca_patch.config import OtcaConfig  # noqa: E402
-from otca_patch.targets.dancegrpo_flux import FluxRuntime  # noqa: E402
-
+from otca_patch.targets.registry import runtime_for  # noqa: E402
 NAMES = ("upstream", "clip_t")
 STEPS = 4
 
@@ -55,7 +54,7 @@ def read_history(run_dir) -> dict:
 def drive_upstream_loop(tmp_path, observe: bool, joins: str | None = None) -> dict:
     config = OtcaConfig(otca=not observe, otca_observe=observe, otca_rewards=("upstream",),
                         otca_log_dir=str(tmp_path / "log"))
-    runtime = FluxRuntime(config)
+    runtime = runtime_for("dancegrpo-flux", config)
     runtime.objectives = SimpleNamespace(names=NAMES)  # two objectives without loading a model
     if joins:
         runtime.upstream_logs_step = joins

@@ -13,7 +13,7 @@ Both sides run the same launch script, so the same seeds (the script's --seed) a
 initial noise; the OTCA flags other than --otca (objectives, checkpoints, mode) apply to both, so
 both sides log the same objectives. Run it from the upstream checkout, as `otca-patch launch`.
 Each side runs in DIR/<side>, a working copy of the checkout (symlinks) in which what the trainer
-writes into its working directory (./images, ./reward.txt, ./videos, ...: the target's descriptor
+writes into its working directory (./images, ./reward.txt, ./videos, ...: the target's spec
 lists it) and the launch script's relative --output_dir (checkpoints) are private, so the sides
 never overwrite each other and the checkout is left as it was. --private PATH adds another path a
 trainer writes. --smoke runs `otca-patch smoke` (CPU, tiny models) instead of a launch.

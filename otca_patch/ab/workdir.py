@@ -1,8 +1,8 @@
 """A private working copy of an upstream checkout for one side of an A/B run.
 
 Upstream's trainers write into the current directory (DanceGRPO's FLUX trainer ``./images`` and
-``./reward.txt``, its video trainers ``./videos`` and their reward logs: each target's descriptor
-lists them) and into the ``--output_dir`` fixed in their launch scripts, so two runs from one checkout overwrite each other.
+``./reward.txt``, its video trainers ``./videos`` and their reward logs: each target's spec
+lists them in ``[target] outputs``) and into the ``--output_dir`` fixed in their launch scripts, so two runs from one checkout overwrite each other.
 A working copy is a folder of symlinks to the checkout's entries, except for the paths that runs
 write: those (and the folders above them) are real and start empty, so each side's outputs stay in
 its own folder and nothing in the checkout changes. Anything a trainer writes elsewhere through a
@@ -19,15 +19,15 @@ from ..targets.registry import targets_in
 
 
 def cwd_outputs(checkout: Path, launch_script: Path) -> list[str]:
-    """What the launched trainer writes relative to the checkout: the descriptors' ``outputs`` of the
+    """What the launched trainer writes relative to the checkout: the specs' ``outputs`` of the
     targets whose upstream file the launch script names (or, when it names none, of every target
     in the checkout)."""
     known = targets_in(checkout)
     if not known:
         raise ValueError(f"{checkout} holds none of the targets' upstream files; run from an upstream checkout")
     text = launch_script.read_text(errors="replace")
-    named = [target for spec, target in known if spec.file in text] or [target for _, target in known]
-    return list(dict.fromkeys(path for target in named for path in target.outputs))
+    named = [spec for spec in known if spec.file in text] or known
+    return list(dict.fromkeys(path for spec in named for path in spec.outputs))
 
 
 def output_dirs_of(launch_script: Path) -> list[str]:

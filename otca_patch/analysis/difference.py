@@ -19,8 +19,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..demo.stats import mean_interval, t_quantile_975
+from .intervals import mean_interval
 from .logs import Run
+from .student_t import t_quantile_975
 from .verdict import BETTER, NONE, WORSE, classify
 
 
@@ -69,8 +70,9 @@ def welch_interval(reference: np.ndarray, candidate: np.ndarray) -> dict:
     va, vb = reference.var(ddof=1) / len(reference), candidate.var(ddof=1) / len(candidate)
     mean = float(candidate.mean() - reference.mean())
     denominator = va ** 2 / (len(reference) - 1) + vb ** 2 / (len(candidate) - 1)
-    df = int((va + vb) ** 2 / denominator) if denominator > 0 else len(reference) + len(candidate) - 2
-    half = t_quantile_975(max(df, 1)) * math.sqrt(va + vb)
+    # Welch-Satterthwaite's df, not rounded: the t quantile is exact for any real df
+    df = (va + vb) ** 2 / denominator if denominator > 0 else len(reference) + len(candidate) - 2
+    half = t_quantile_975(max(df, 1.0)) * math.sqrt(va + vb)
     return {"mean": mean, "low": mean - half, "high": mean + half}
 
 

@@ -14,8 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from ..files import read_jsonl
-
-RUN_LOG = "run_log.jsonl"
+from ..runlog import LOG_NAME as RUN_LOG
 REWARD_TXT = "reward.txt"
 #: what upstream's own reward is called in the run log, so reward.txt runs line up with logged ones
 UPSTREAM_OBJECTIVE = "upstream"

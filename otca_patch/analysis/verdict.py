@@ -1,5 +1,5 @@
 """The one rule that turns a difference's 95% interval into words; ``compare``, the demo and the
-ablation all use it (the demo through ``demo.stats.pareto_verdict`` / ``sign_of``).
+ablation all use it (the demo through ``intervals.pareto_verdict`` / ``sign_of``).
 
 A difference (candidate minus reference, higher is better) is
 

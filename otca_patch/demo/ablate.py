@@ -18,7 +18,7 @@ from otca_patch.flags import add_flags, from_namespace
 from .config import DemoConfig
 from .regimes import regime_names
 from .report import interval
-from .stats import mean_interval, pareto_verdict
+from ..analysis.intervals import mean_interval, pareto_verdict
 from .variants import ABLATION_ORDER, PEERS, VARIANTS
 
 #: The reference of the paired differences: the fair vanilla (per-reward normalisation).

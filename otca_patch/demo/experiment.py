@@ -16,7 +16,7 @@ from .files import atomic_write_json
 from .jobs import Job, run_jobs
 from .pretrain import load_or_train_base_model
 from .sampling import sigma_schedule
-from .stats import mean_interval, pareto_verdict
+from ..analysis.intervals import mean_interval, pareto_verdict
 
 
 def configure_torch(config: DemoConfig) -> None:

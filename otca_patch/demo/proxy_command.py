@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from otca_patch.proxy import PAPER_TABLE5, format_rows, proxy_rows, residual_pearson
+from .proxy import PAPER_TABLE5, format_rows, proxy_rows, residual_pearson
 
 from .cli import fail, parse
 from otca_patch.flags import add_flags, from_namespace

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import copy
+import os
 from dataclasses import dataclass
 
 from . import pattern
@@ -198,5 +199,12 @@ def _locate_like(new: ast.AST, old: ast.AST) -> None:
 
 def _error(spec: TargetSpec, hook: Hook, problem: str) -> PatchError:
     return PatchError(file=spec.file, function=hook.function, anchor=hook.anchor, problem=problem,
-                      verified_commit=spec.verified_commit, hook=hook.name, spec=spec.path,
+                      verified_commit=spec.verified_commit, hook=hook.name, spec=_where(spec, hook),
                       kind="pin" if hook.is_pin else "hook")
+
+
+def _where(spec: TargetSpec, hook: Hook) -> str:
+    """The spec, and the skeleton the entry is written in when it is inherited."""
+    if hook.origin and os.path.abspath(hook.origin) != os.path.abspath(spec.path):
+        return f"{spec.path}, entry written in {hook.origin}"
+    return spec.path

@@ -11,13 +11,11 @@ from ..hooks.doctor import identity_line
 from ..hooks.rewrite import RUNTIME_NAME, check, compile_target
 from ..hooks.source import file_sha256, read_source
 from ..hooks.spec import TargetSpec
-from ..targets.registry import target_of
+from ..targets.registry import install
 
 
 def _install_runtime(spec: TargetSpec, config: OtcaConfig, namespace: dict, path: str, chosen: str = ""):
-    runtime = target_of(spec).install(config)
-    if getattr(runtime, "spec", None) is None:
-        runtime.spec = spec  # run-time invariants name the file and spec
+    runtime = install(spec, config)
     runtime.spec_chosen = chosen  # why this spec (several upstreams share a path): in the run log
     namespace[RUNTIME_NAME] = runtime
     # every rank or none: checked once the trainer's process group exists, before any rollout

@@ -90,9 +90,9 @@ def layer_config(config: OtcaConfig, workdir: Path) -> OtcaConfig:
 def check_objectives(config: OtcaConfig, launched: list[TargetSpec]) -> None:
     """The objectives' registry names, checkpoints and options, before any process starts."""
     from ..objective_set import check_objective_flags
-    from ..targets.registry import target_of
+    from ..targets.registry import runtime_class
 
-    trainer_names = any(getattr(getattr(target_of(spec).runtime, "upstream_rewards", None), "bare_keys", False)
+    trainer_names = any(getattr(getattr(runtime_class(spec), "upstream_rewards", None), "bare_keys", False)
                         for spec in launched)
     check_objective_flags(config.otca_rewards, config.otca_reward_ckpt, config.otca_reward_opt,
                           trainer_names_rewards=trainer_names)

@@ -22,35 +22,34 @@ import shlex
 import sys
 from dataclasses import replace
 from pathlib import Path
-from types import SimpleNamespace
 
 from ..config import ENV_ARGS, config_from_environment
 from ..flags import add_flags, from_namespace
 from ..hooks.checkout import check_upstream_dir
 from ..hooks.errors import PatchError
 from ..rewards.clip_libs import MissingPackage
-from ..targets.registry import all_targets
+from ..hooks.spec import Smoke, load_specs
 
 
 def smoke_targets() -> dict:
-    """``{target name: (spec, Target)}`` of every target with a smoke run, from the descriptors; a
-    descriptor's ``smoke_variants`` (another model layout on the same trainer) join under their own names."""
+    """``{target name: (spec, Smoke)}`` of every target with a smoke run (its spec's ``[target.smoke]``);
+    a smoke's ``variants`` (another model layout on the same trainer) join under their own names."""
     targets = {}
-    for spec, target in all_targets():
-        if target.smoke:
-            targets[target.name] = (spec, target)
-        for name, module in target.smoke_variants:
-            targets[name] = (spec, SimpleNamespace(name=name, smoke=module, smoke_objectives=target.smoke_objectives))
+    for spec in load_specs():
+        if spec.smoke.module:
+            targets[spec.name] = (spec, spec.smoke)
+        for name, module in spec.smoke.variants:
+            targets[name] = (spec, Smoke(module=module, objectives=spec.smoke.objectives))
     return targets
 
 
-def smoke_module(target):
-    """The smoke module of ``target``: ``Sizes`` (a dataclass of size flags) and
+def smoke_module(name: str, smoke: Smoke):
+    """The smoke module of target ``name``: ``Sizes`` (a dataclass of size flags) and
     ``run(upstream_dir, out_dir, config, sizes, reward_root, probe) -> dict``."""
-    module = importlib.import_module(target.smoke)
-    missing = [name for name in ("Sizes", "run") if not hasattr(module, name)]
+    module = importlib.import_module(smoke.module)
+    missing = [attr for attr in ("Sizes", "run") if not hasattr(module, attr)]
     if missing:
-        raise ValueError(f"target {target.name}: smoke module {target.smoke} lacks {', '.join(missing)}")
+        raise ValueError(f"target {name}: smoke module {smoke.module} lacks {', '.join(missing)}")
     return module
 
 
@@ -110,11 +109,12 @@ def main(argv=None) -> int:
         peek.add_argument("--target", choices=sorted(targets))
         known, _ = peek.parse_known_args(rest)
         if known.upstream_dir is None:
-            build_parser(smoke_module(next(iter(targets.values()))[1]).Sizes).parse_args(rest)  # prints usage
+            build_parser(smoke_module(*next(iter((n, s) for n, (_, s) in targets.items()))).Sizes).parse_args(rest)  # usage
         check_upstream_dir(known.upstream_dir)
         config = with_explicit_targets(config, known.upstream_dir)
-        target = targets[known.target or detect_target(known.upstream_dir, targets)][1]
-        module = smoke_module(target)
+        name = known.target or detect_target(known.upstream_dir, targets)
+        smoke = targets[name][1]
+        module = smoke_module(name, smoke)
     except ValueError as exc:
         print(f"otca-patch smoke: error: {exc}", file=sys.stderr)
         return 2
@@ -124,7 +124,7 @@ def main(argv=None) -> int:
     try:
         if config.active:
             given = shlex.split(os.environ.get(ENV_ARGS, "")) + argv
-            config = with_smoke_defaults(config, given, reward_root, target.smoke_objectives)
+            config = with_smoke_defaults(config, given, reward_root, smoke.objectives)
         sizes = from_namespace(module.Sizes, args)
         module.run(args.upstream_dir.resolve(), out_dir, config, sizes, reward_root, probe=args.probe)
     except (PatchError, ValueError, MissingPackage) as exc:  # MissingPackage: a reward's library, one line
@@ -147,7 +147,7 @@ def with_explicit_targets(config, upstream_dir: Path):
 
 
 def with_smoke_defaults(config, argv, reward_root: Path, default_rewards: tuple):
-    """--otca alone: the target's smoke objectives (its descriptor's); the run log beside the
+    """--otca alone: the target's smoke objectives (its spec's); the run log beside the
     outputs; tiny checkpoints for registry rewards. ``argv``: the flags given (environment and argv)."""
     from ..rewards import available, tiny
 

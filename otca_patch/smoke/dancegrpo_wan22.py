@@ -38,7 +38,7 @@ def write_tiny_wan22(folder: Path, boundary_ratio: float, seed: int) -> Path:
     from diffusers import FlowMatchEulerDiscreteScheduler, WanPipeline
     from transformers import UMT5Config, UMT5EncoderModel
 
-    from ..tiny_text import T5_VOCAB_SIZE, t5_tokenizer
+    from .tiny_text import T5_VOCAB_SIZE, t5_tokenizer
 
     if (folder / "model_index.json").is_file():
         return folder

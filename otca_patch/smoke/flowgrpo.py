@@ -130,12 +130,12 @@ def load_upstream(upstream_dir: Path, config: OtcaConfig, trainer: FlowTrainer):
         raise SystemExit(f"smoke: {path} does not exist; pass a FlowGRPO checkout that has it")
     sys.path.insert(0, str(upstream_dir))  # `import flow_grpo...`, as when run from the checkout
     if config.active:
-        from ..hooks.spec import spec_for_script
+        from ..hooks.select import spec_choice_for_script
         from ..launch.runner import load_patched_module
 
         from . import meter
 
-        module = load_patched_module(str(path), spec_for_script(path), config, trainer.module_name)
+        module = load_patched_module(str(path), spec_choice_for_script(path).spec, config, trainer.module_name)
         meter.install(module, Path.cwd())  # the run folder (OTCA_SMOKE_METER=1 only)
         return module
     spec = importlib.util.spec_from_file_location(trainer.module_name, path)

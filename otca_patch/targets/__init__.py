@@ -1,3 +1,4 @@
-"""The upstream trainers the layer patches. ``base`` (every target's runtime), ``dancegrpo`` and
-``flowgrpo`` (what each trainer family shares), ``descriptor`` / ``registry`` (the ``Target``
-facts generic code reads), and one module per upstream script: its runtime and its ``TARGET``."""
+"""The runtimes of the upstream trainers the layer patches. ``base`` (every target's runtime),
+``dancegrpo`` and ``flowgrpo`` (what each trainer family shares: a trainer that follows its family
+uses the family runtime itself), a module per trainer whose hook points need more, and ``registry``
+(a spec's runtime class, built as ``Class(config, spec)``). Targets are registered by their specs."""

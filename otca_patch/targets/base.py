@@ -1,21 +1,21 @@
 """What every target's runtime shares, DanceGRPO and FlowGRPO alike: the configuration, the
 objectives, the one credit computation over all ranks, observe mode, the run-log line and wandb.
 
-A runtime is the object a spec's inserted code calls as ``__otca__``; one lives in each process.
-A target's runtime subclasses a family base (``dancegrpo.GrpoRuntime``, ``flowgrpo.FlowGrpoRuntime``)
-and adds the methods its own hook points call. Methods that no hook calls (the runtime's own
+A runtime is the object a spec's inserted code calls as ``__otca__``; one lives in each process,
+built as ``Class(config, spec)`` from the spec's ``runtime = "module:Class"``. A trainer that follows
+its family's skeleton uses the family runtime itself (``dancegrpo.GrpoRuntime``,
+``flowgrpo.FlowGrpoRuntime``); one whose hook points call more subclasses it. Methods that no hook calls (the runtime's own
 machinery) are listed in ``INTERNAL`` so the spec meta-test can tell them apart.
 """
 from __future__ import annotations
 
 import sys
-from dataclasses import fields
 from typing import Optional
 
 import torch
 
 from .. import rank_check
-from ..config import OtcaConfig
+from ..config import OtcaConfig, given_target_flags
 from ..credit import credit_from_progress
 from ..devices import follows_trainer, reward_device
 from ..distributed import gather_rows, local_rows, world
@@ -29,10 +29,6 @@ class Runtime:
 
     #: the rewards the upstream trainer computes itself (a target with several overrides this)
     upstream_rewards = UpstreamRewards()
-    #: the target's descriptor (set by ``Target``); target-only flags are checked against it
-    target = None
-    #: the hook-point spec (set by the runner); names the file in run-time invariant errors
-    spec = None
     #: where upstream's wandb log of a step falls relative to ``write_record`` ("next": after it, as
     #: DanceGRPO's loop; "current": before it); see ``monitoring``
     upstream_logs_step = "current"
@@ -42,10 +38,11 @@ class Runtime:
     INTERNAL = frozenset({"describe", "reset", "bind_objectives", "credit", "choose", "credit_record",
                           "write_record", "number_groups", "observing", "place_objectives", "spec_record"})
 
-    def __init__(self, config: OtcaConfig):
+    def __init__(self, config: OtcaConfig, spec):
         self.config = config
+        #: the target's spec (``hooks.spec.TargetSpec``): its flags, and the file run-time errors name
+        self.spec = spec
         self.credit_config = config.credit_config()
-        _check_target_flags(config, self.target)
         self.objectives: Optional[Objectives] = None
         self.log = RunLog(config.otca_log_dir)
         self.wandb_rows = WandbRows()
@@ -87,8 +84,7 @@ class Runtime:
     def describe(self) -> str:
         kind = "observe (trains vanilla)" if self.observing else f"mode {self.credit_config.mode}"
         names = self.objectives.names if self.objectives is not None else self.config.otca_rewards
-        extra = "".join(f"; --{name}" for name in (self.target.flags if self.target else ())
-                        if getattr(self.config, name) != getattr(_DEFAULTS, name))
+        extra = "".join(f"; --{name}" for name in given_target_flags(self.config))
         return f"{kind}; objectives {', '.join(names)}; log {self.log.path}{extra}"
 
     def reset(self) -> None:
@@ -148,8 +144,6 @@ class Runtime:
             "observe": self.observing, "config": self.credit_config.to_dict(),
             "objectives": list(self.objectives.names), "spec": self.spec_record(), **self.record, **fields_,
         }
-        if self.spec is not None:  # which spec was applied to which file (a --otca_target copy included)
-            record["target"] = {"spec": self.spec.name, "file": self.spec.file}
         if self.step == 1 and rank_check.result() is not None:
             record["rank_check"] = rank_check.result()  # the first record says every rank ran the same layer
         self.log.write(record)
@@ -157,12 +151,13 @@ class Runtime:
         return True
 
     def spec_record(self) -> Optional[dict]:
-        """Which spec rewrote the file, and why it was picked (``None`` outside a rewritten run)."""
+        """The run log's one record of the spec (docs/run-log.md): which spec rewrote which file (a
+        ``--otca_target`` copy's path included), the skeletons it extends, and why it was picked."""
         spec = self.spec
         if spec is None:
             return None
         return {"target": spec.name, "upstream": spec.upstream, "file": spec.file, "path": spec.path,
-                "chosen": self.spec_chosen}
+                "extends": list(spec.extends), "chosen": self.spec_chosen}
 
     def _to_wandb(self, rank: int, summary: dict, step: Optional[int]) -> None:
         """This step's ``otca/`` numbers on upstream's wandb row of the same step (``monitoring``)."""
@@ -171,18 +166,3 @@ class Runtime:
             return
         scalars = wandb_scalars(summary, self.objectives.names)
         self.wandb_rows.log(scalars, "explicit" if step is not None else self.upstream_logs_step, step)
-
-
-_DEFAULTS = OtcaConfig()
-#: flags that mean something for some targets only (``flag(..., target_only=True)``)
-TARGET_ONLY = tuple(f.name for f in fields(OtcaConfig) if f.metadata.get("target_only"))
-
-
-def _check_target_flags(config: OtcaConfig, target) -> None:
-    """A target-only flag given to a target that does not take it is an error naming both."""
-    accepted = set(target.flags) if target is not None else set(TARGET_ONLY)
-    given = [name for name in TARGET_ONLY if name not in accepted and getattr(config, name) != getattr(_DEFAULTS, name)]
-    if given:
-        takers = f" (flags of this target: {', '.join('--' + f for f in sorted(accepted))})" if accepted else ""
-        raise ValueError(f"{', '.join('--' + name for name in given)}: not a flag of target "
-                         f"{target.name if target else '?'}{takers}")

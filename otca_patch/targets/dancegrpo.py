@@ -7,7 +7,7 @@ Every DanceGRPO trainer has the same skeleton: ``sample_reference_model`` rolls 
 ``samples["advantages"] = advantages`` (``[B]``), permutes each sample's steps with ``perms`` and
 trains the first ``int((S-1) * timestep_fraction)`` columns with the PPO-clipped loss. The hook
 methods below are what a spec for such a trainer calls; a target whose trainer follows the skeleton
-needs no runtime code of its own.
+needs no runtime code of its own (its spec names ``otca_patch.targets.dancegrpo:GrpoRuntime``).
 """
 from __future__ import annotations
 
@@ -33,8 +33,10 @@ class GrpoRuntime(Runtime):
     #: False for a trainer whose own flags choose its rewards (``rebind_upstream`` at its first step)
     rewards_known_at_install = True
 
-    def __init__(self, config):
-        super().__init__(config)
+    def __init__(self, config, spec):
+        super().__init__(config, spec)
+        if config.otca_video_frames < 1:  # the video targets' flag (any other target refuses it)
+            raise ValueError(f"--otca_video_frames: need at least 1 frame, got {config.otca_video_frames}")
         self.step_check = TrainedStepCheck()
         # before upstream builds its models: a bad checkpoint stops the run early
         self.bind_objectives(check_weights=self.rewards_known_at_install)
@@ -67,7 +69,7 @@ class GrpoRuntime(Runtime):
     def collect_final_prediction(self, prediction: torch.Tensor) -> None:
         """Keep the last step's predicted clean sample ``[b, ...]`` of one rollout chunk (what
         upstream decodes and scores): TCD's ``z_T`` with ``--otca_final_state prediction`` (spec 1.7).
-        Only targets whose spec has this hook take the flag (their descriptor lists it)."""
+        Only targets whose spec has this hook take the flag (their spec lists it in `flags`)."""
         if self.config.otca_final_state == "prediction":
             self.final_predictions.append(prediction.detach())
 

@@ -39,7 +39,6 @@ import torch
 
 from ..objective_set import UpstreamRewards
 from .dancegrpo import GrpoRuntime
-from .descriptor import Target
 
 ROWS_KEY = "otca_rows"
 
@@ -102,7 +101,3 @@ class HunyuanRuntime(GrpoRuntime):
         advantage = torch.clamp(advantage, -adv_clip_max, adv_clip_max)
         clipped_ratio = torch.clamp(ratio, 1.0 - clip_range, 1.0 + clip_range)
         return torch.mean(torch.maximum(-advantage * ratio, -advantage * clipped_ratio)) / normaliser
-
-
-TARGET = Target("dancegrpo-hunyuan", HunyuanRuntime, outputs=("videos", "vq_reward.txt", "mq_reward.txt"),
-                flags=("otca_video_frames",), smoke="otca_patch.smoke.dancegrpo_hunyuan")

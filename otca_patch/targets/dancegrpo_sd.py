@@ -30,7 +30,6 @@ from types import SimpleNamespace
 import torch
 
 from .dancegrpo import GrpoRuntime
-from .descriptor import Target
 
 
 class SdRuntime(GrpoRuntime):
@@ -77,7 +76,3 @@ class SdRuntime(GrpoRuntime):
         self.write_record(trained_steps=self.trained_steps, loss=self.loss_sum / max(self.loss_count, 1),
                           grad_norm=None if self.grad_norm is None else float(self.grad_norm))
         self.reset()
-
-
-TARGET = Target("dancegrpo-sd", SdRuntime, outputs=("images_same", "reward.txt", "logs", "my_checkpoints"),
-                smoke="otca_patch.smoke.dancegrpo_sd", smoke_objectives=("upstream", "clip_t"))

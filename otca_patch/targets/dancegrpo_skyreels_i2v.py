@@ -33,7 +33,6 @@ import torch
 
 from ..objective_set import UpstreamRewards
 from .dancegrpo import GrpoRuntime
-from .descriptor import Target
 
 #: VideoAlign's scores, as ``upstream.<column>`` objectives
 COLUMNS = ("vq", "mq", "ta")
@@ -74,8 +73,3 @@ class SkyReelsRuntime(GrpoRuntime):
             raise ValueError(f"otca-patch: VideoAlign's reward() returned no {', '.join(unknown)} score for some videos")
         rewards = self.rewards(upstream, all_latents.device)
         return self.assign_per_step(samples, all_latents, rewards, upstream_advantages, args)
-
-
-TARGET = Target("dancegrpo-skyreels-i2v", SkyReelsRuntime, outputs=("videos", "reward.txt"),
-                flags=("otca_video_frames",), smoke="otca_patch.smoke.dancegrpo_skyreels_i2v",
-                smoke_objectives=("upstream.vq", "upstream.mq", "upstream.ta", "clip_t"))

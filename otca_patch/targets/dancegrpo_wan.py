@@ -39,7 +39,6 @@ import torch
 
 from ..distributed import all_reduce_sum, world
 from .dancegrpo import GrpoRuntime
-from .descriptor import Target
 from .wan22 import ExpertRouter, is_wan22_checkpoint, load_experts, save_experts
 
 
@@ -104,9 +103,3 @@ class WanRuntime(GrpoRuntime):
         for grad in grads:
             grad.copy_(flat[offset:offset + grad.numel()].view_as(grad))
             offset += grad.numel()
-
-
-TARGET = Target("dancegrpo-wan", WanRuntime, outputs=("videos", "reward.txt"),
-                flags=("otca_video_frames", "otca_sync_grads", "otca_wan22", "otca_wan22_train"),
-                smoke="otca_patch.smoke.dancegrpo_wan", smoke_objectives=("upstream", "clip_t"),
-                smoke_variants=(("dancegrpo-wan22", "otca_patch.smoke.dancegrpo_wan22"),))

@@ -41,8 +41,8 @@ class FlowGrpoRuntime(Runtime):
     upstream_rewards = upstream_rewards({})
     INTERNAL = Runtime.INTERNAL | {"trajectory"}
 
-    def __init__(self, config):
-        super().__init__(config)
+    def __init__(self, config, spec):
+        super().__init__(config, spec)
         # upstream's compute_log_prob(transformer, pipeline, sample, j, ...) trains sample["latents"][:, j]
         self.step_check = TrainedStepCheck(parameters=("sample", "j"), reader="main",
                                            trained=lambda arguments: arguments["sample"]["latents"][:, arguments["j"]])

@@ -34,7 +34,6 @@ from ..distributed import world
 from ..invariants import FINGERPRINT_KEY, fingerprints
 from ..objective_set import UpstreamRewards
 from .dancegrpo import GrpoRuntime
-from .descriptor import Target
 
 #: the reward models MixGRPO's ``main`` can build (``rewards_dict`` keys: their class names)
 REWARD_MODELS = ("HPSClipRewardModel", "CLIPScoreRewardModel", "ImageRewardModel", "PickScoreRewardModel",
@@ -95,7 +94,3 @@ class MixFluxRuntime(GrpoRuntime):
         self.trained_steps = columns.expand(batch, -1) if perms is None else perms[:, columns.to(perms.device)]
         if self.record is not None:
             self.record["train_order"] = [int(sample[ROWS_KEY]) for sample in samples_batched_list]
-
-
-TARGET = Target("mixgrpo-flux", MixFluxRuntime, outputs=("data/outputs",), flags=("otca_final_state",),
-                smoke="otca_patch.smoke.mixgrpo_flux", smoke_objectives=("upstream",))

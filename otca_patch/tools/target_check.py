@@ -57,12 +57,12 @@ def check_targets(checkout: Path, specs: list) -> list[TargetCheck]:
 
 
 def smoke_of(name: str) -> bool:
-    """Whether target ``name`` has a smoke run (its descriptor names a smoke module)."""
-    from ..targets.registry import all_targets
+    """Whether target ``name`` has a smoke run (its spec names a smoke module)."""
+    from ..hooks.spec import load_specs
 
     try:
-        return any(target.name == name and target.smoke for _, target in all_targets())
-    except Exception:  # a spec folder whose runtimes are not importable here: no built-in smoke
+        return any(spec.name == name and spec.smoke.module for spec in load_specs())
+    except ValueError:  # a spec folder that does not load here: no built-in smoke
         return False
 
 

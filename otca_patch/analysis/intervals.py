@@ -1,23 +1,15 @@
-"""Seed statistics: means with Student-t 95% intervals, paired differences between two variants
-run with the same seeds, and a Pareto verdict over the objectives (the rule that reads an interval is
-``analysis.verdict``, shared with ``otca-patch compare``)."""
+"""Seed statistics: means with Student-t 95% intervals (the exact t quantile of ``student_t``, for
+every df), paired differences between two variants run with the same seeds, and a Pareto verdict
+over the objectives (the rule that reads an interval is ``verdict``). Used by ``otca-patch compare``
+(``difference``), the demo and the ablation."""
 from __future__ import annotations
 
 import math
 
 import numpy as np
 
-from ..analysis.verdict import NEGLIGIBLE, NONE, classify, direction, threshold_text
-
-#: Two-sided 95% Student-t quantiles t_{0.975, df} for df = 1..30 (beyond: the normal 1.96).
-_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
-         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
-
-
-def t_quantile_975(df: int) -> float:
-    if df < 1:
-        return math.nan
-    return _T975[df - 1] if df <= len(_T975) else 1.96
+from .student_t import t_quantile_975
+from .verdict import NEGLIGIBLE, NONE, classify, direction, threshold_text
 
 
 def mean_interval(values, threshold: float | None = None) -> dict:
