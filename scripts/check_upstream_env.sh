@@ -22,10 +22,18 @@ name="${1:-}"
 case "$name" in
   dancegrpo) upstream_name=DanceGRPO; upstream_var=OTCA_UPSTREAM_DANCEGRPO; marker=fastvideo/train_grpo_flux.py ;;
   mixgrpo) upstream_name=MixGRPO; upstream_var=OTCA_UPSTREAM_MIXGRPO; marker=fastvideo/train_grpo_flux.py ;;
-  flowgrpo) upstream_name=flow_grpo; upstream_var=OTCA_UPSTREAM_FLOW_GRPO; marker=scripts/train_sd3.py ;;
-  *) echo "usage: $0 dancegrpo|flowgrpo|mixgrpo" >&2; exit 2 ;;
+  # FlowGRPO: checked at 9745241 (every FlowGRPO spec holds there; docs/flowgrpo-commits.md)
+  flowgrpo) upstream_name=flow_grpo; upstream_var=OTCA_UPSTREAM_FLOW_GRPO; marker=scripts/train_sd3.py
+    snapshot_commit=9745241 ;;
+  # the Kontext / Qwen-Image trainers: envs/flowgrpo.txt with envs/overlays/flowgrpo-diffusers.txt layered on top
+  flowgrpo-diffusers) upstream_name=flow_grpo; upstream_var=OTCA_UPSTREAM_FLOW_GRPO; marker=scripts/train_sd3.py
+    snapshot_commit=9745241; overlay="$repo/envs/overlays/$name.txt" ;;
+  *) echo "usage: $0 dancegrpo|flowgrpo|flowgrpo-diffusers|mixgrpo" >&2; exit 2 ;;
 esac
-pins="$repo/envs/$name.txt"
+overlay="${overlay:-}"
+base_name="$name"
+[ -z "$overlay" ] || base_name="$(sed -n 's/^# overlay-of: //p' "$overlay")"
+pins="$repo/envs/$base_name.txt"
 say() { echo "check_upstream_env[$name]: $*" >&2; }
 seconds() { date +%s; }
 started=$(seconds)
@@ -71,8 +79,8 @@ print(pathlib.Path(s.origin).parent / "src/open_clip/bpe_simple_vocab_16e6.txt.g
 }
 cache="${OTCA_ENV_CACHE:-$HOME/.cache/otca-envs}"
 key="$( (cat "$pins"; "$python310" --version) | sha256sum | cut -c1-16)"
-env="$cache/$name-$key"
-build_log="$cache/$name-$key.build.log"
+env="$cache/$base_name-$key"  # an overlay reuses its base environment's cache entry
+build_log="$cache/$base_name-$key.build.log"
 if [ ! -f "$env/.otca-env-built" ]; then
   say "building $env from envs/$name.txt with $("$python310" --version 2>&1) (first time: several minutes; log $build_log)"
   rm -rf "$env"
@@ -90,7 +98,34 @@ if [ ! -f "$env/.otca-env-built" ]; then
   touch "$env/.otca-env-built"
   say "built in $(( $(seconds) - started )) s"
 else
-  say "reusing $env (envs/$name.txt unchanged)"
+  say "reusing $env (envs/$base_name.txt unchanged)"
+fi
+if [ -n "$overlay" ]; then
+  # a layer over the base: its own venv, the base's site-packages behind its own (processed with their
+  # .pth files), the overlay's steps installed into it with --no-deps (the file pins what they need);
+  # pip leaves the base's copies alone ("outside environment"), so the base stays as its pins define it
+  layer_key="$( (cat "$pins" "$overlay"; "$python310" --version) | sha256sum | cut -c1-16)"
+  layer="$cache/$name-$layer_key"
+  if [ ! -f "$layer/.otca-env-built" ]; then
+    say "building the overlay $layer from envs/overlays/$name.txt over $env"
+    rm -rf "$layer"
+    base_site="$("$env/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+    if ! {
+      "$python310" -m venv "$layer" &&
+      layer_site="$("$layer/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" &&
+      printf 'import site; site.addsitedir("%s")\n' "$base_site" > "$layer_site/zz-otca-base.pth" &&
+      "$layer/bin/python" -m pip install --upgrade "pip<25" &&
+      awk '/^# step/ {n++} n && !/^#/ && NF' "$overlay" > "$cache/$name-$layer_key.txt" &&
+      "$layer/bin/python" -m pip install --no-compile --no-deps -r "$cache/$name-$layer_key.txt"
+    } > "$cache/$name-$layer_key.build.log" 2>&1; then
+      tail -30 "$cache/$name-$layer_key.build.log" >&2
+      say "FAILED to build the overlay (log: $cache/$name-$layer_key.build.log)"; exit 1
+    fi
+    touch "$layer/.otca-env-built"
+  else
+    say "reusing the overlay $layer (envs/overlays/$name.txt unchanged)"
+  fi
+  env="$layer"
 fi
 py="$env/bin/python"
 "$py" -m pip check >&2 || say "note: pip check reports the conflicts above inside upstream's own pins"
@@ -102,7 +137,7 @@ upstream="${!upstream_var:-}"
 [ -z "$upstream" ] && [ -f "$repo/upstream/$upstream_name/$marker" ] && upstream="$repo/upstream/$upstream_name"
 if [ -z "$upstream" ]; then
   spec="$(grep -l "^upstream = \"$upstream_name\"" "$repo"/patches/*/*.toml | head -1 || true)"
-  commit="$( [ -z "$spec" ] || sed -n 's/^verified_commit = "\(.......\).*/\1/p' "$spec")"
+  commit="${snapshot_commit:-$( [ -z "$spec" ] || sed -n 's/^verified_commit = "\(.......\).*/\1/p' "$spec")}"
   # no spec yet (a target being written): the one snapshot there is
   snapshots="${OTCA_SHARED:-$repo/../shared}/upstream"
   snapshot="$(ls "$snapshots/$upstream_name-${commit:-}"*.tar.gz 2>/dev/null | head -1 || true)"

@@ -156,9 +156,17 @@ def test_doctor_checks_an_otca_target_and_lists_uncovered_trainers_and_missing_f
     assert done.returncode == 0, done.stderr + done.stdout
     lines = done.stdout.splitlines()
     uncovered = lines.index(next(line for line in lines if line.startswith("trainer files no spec covers (2;")))
-    assert lines[uncovered + 1].startswith("  trainer/train_mine.py (a copy of trainer/train.py, ")
-    assert lines[uncovered + 1].endswith(f"--otca_target synthetic-trainer={COPY})")
+    # the copy's hook point does not hold: no --otca_target advice (it could not work)
+    assert lines[uncovered + 1].startswith("  trainer/train_mine.py (nearest spec: synthetic-trainer, ")
+    assert "1 of its hook points and pins do not hold here, first hook scale" in lines[uncovered + 1]
+    assert "--otca_target synthetic" not in lines[uncovered + 1]
     assert lines[uncovered + 2] == "  trainer/train_other.py", "not a copy of anything"
+    make_copy(upstream)  # an unchanged copy: the spec holds, so the advice names it
+    held = subprocess.run(doctor, env=env, capture_output=True, text=True, timeout=120).stdout.splitlines()
+    line = next(line for line in held if line.startswith("  trainer/train_mine.py"))
+    assert line.startswith("  trainer/train_mine.py (a copy of trainer/train.py, ")
+    assert line.endswith(f"synthetic-trainer's spec holds on it: --otca_target synthetic-trainer={COPY})")
+    make_copy(upstream, lambda text: text.replace("return advantages", "return list(advantages)"))
     missing = next(line for line in lines if line.startswith("specs whose file this checkout lacks (1;"))
     assert lines[lines.index(missing) + 1].startswith("  synthetic-video: trainer/train_video.py")
     done = subprocess.run(doctor + ["--otca_target", f"synthetic-trainer={COPY}"], env=env, cwd=upstream,
@@ -198,3 +206,18 @@ def test_an_explicit_name_picks_that_spec_for_a_path_two_specs_share(synthetic, 
                              "synthetic-variant=trainer/train.py"], env=env, capture_output=True, text=True, timeout=120)
     assert doctor.returncode == 0, doctor.stdout
     assert "synthetic-variant (trainer/train.py): holds" in doctor.stdout and "synthetic-trainer" not in doctor.stdout
+
+
+def test_doctor_calls_a_trainer_without_a_grpo_loss_not_grpo_and_suggests_no_target(synthetic):
+    """A DPO-like variant of the covered trainer (most of its lines, a preference loss instead of
+    an advantage times a ratio, hooks.trainer_kind): launch it without --otca, no --otca_target."""
+    upstream, env = synthetic
+    dpo = upstream / "trainer" / "train_dpo.py"
+    dpo.write_text((upstream / "trainer" / "train.py").read_text()
+                   + "\n\ndef preference_step(chosen, rejected, loss_fn):\n"
+                     "    loss = loss_fn(chosen - rejected)\n    loss.backward()\n")
+    done = subprocess.run([sys.executable, "-m", "otca_patch.cli", "doctor", str(upstream)], env=env,
+                          capture_output=True, text=True, timeout=120)
+    line = next(line for line in done.stdout.splitlines() if line.startswith("  trainer/train_dpo.py"))
+    assert line == ("  trainer/train_dpo.py (not a GRPO trainer: launch it without --otca; it trains no group "
+                    "advantage OTCA could replace)")

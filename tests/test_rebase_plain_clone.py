@@ -104,3 +104,69 @@ def test_local_changes_stop_it_before_anything_moves(clone, tmp_path):
         assert trainer.read_text().endswith("# my local edit\n") and git(clone, "rev-parse", "--abbrev-ref", "HEAD") == "main"
     finally:
         trainer.write_text(original)
+
+
+# ---- FlowGRPO: a clone at the pinned ac4c86e, then 9745241 (upstream's next state) as the next commit
+
+FLOWGRPO_TARGETS = ("flowgrpo-sd3", "flowgrpo-sd3-guard", "flowgrpo-sd3-fast")
+
+
+def build_flowgrpo_clone(folder):
+    """What CI builds from the two snapshots: commit ac4c86e's tree, then 9745241's tree as the next
+    commit (tag 9745241), and the clone checked out at the former, as a user pinned to it has it."""
+    pinned, newer = unpack_snapshot("flow_grpo-ac4c86e.tar.gz"), unpack_snapshot("flow_grpo-9745241.tar.gz")
+    if pinned is None or newer is None:
+        missing("the FlowGRPO snapshots are not under shared/upstream")
+    os.environ.update({"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+                       "GIT_COMMITTER_EMAIL": "t@t", "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"})
+    repo = folder / "flow_grpo"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    commit_tree(repo, pinned, "ac4c86e", "ac4c86e")
+    commit_tree(repo, newer, "9745241", "9745241")
+    git(repo, "reset", "-q", "--hard", "ac4c86e")
+    return repo
+
+
+@pytest.fixture(scope="module")
+def flowgrpo_clone(tmp_path_factory):
+    return build_flowgrpo_clone(tmp_path_factory.mktemp("plain"))
+
+
+def test_flowgrpo_rebase_onto_9745241_names_every_target_smokes_the_changed_one_and_restores(flowgrpo_clone, tmp_path):
+    marker = tmp_path / "smoked"
+    before = git(flowgrpo_clone, "rev-parse", "HEAD")
+    done = rebase(flowgrpo_clone, "9745241", marker)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "rebase: 9745241 fits: every target it has holds" in done.stdout
+    # SD3's file changed at 9745241 (its structure holds): its smoke runs; the newer trainers' specs
+    # are verified on 9745241 itself: their files are the verified ones
+    assert "file changed since the verified commit; 13 hook points hold; smoke: passed" in target_line(
+        done.stdout, "flowgrpo-sd3")
+    for name in FLOWGRPO_TARGETS[1:]:
+        assert "verified file;" in target_line(done.stdout, name) and "smoke: not needed" in target_line(done.stdout, name)
+    assert marker.read_text().split() == ["flowgrpo-sd3"]
+    assert "need a new spec (0): none" in done.stdout
+    lines = done.stdout.splitlines()
+    for file in ("scripts/train_sd3_dpo.py", "scripts/train_sd3_sft.py"):
+        assert f"  {file}: not a GRPO trainer: launch it without --otca" in lines
+    assert max(len(line) for line in lines) <= 110
+    assert git(flowgrpo_clone, "rev-parse", "HEAD") == before
+    assert git(flowgrpo_clone, "rev-parse", "--abbrev-ref", "HEAD") == "main"
+    assert not git(flowgrpo_clone, "status", "--porcelain")
+
+
+def test_flowgrpo_rebase_back_to_ac4c86e_names_the_targets_it_lacks(flowgrpo_clone, tmp_path):
+    """The other way (a user on 9745241 trying the pinned commit): the newer trainers have no file
+    there, and are named; SD3's verified file holds."""
+    git(flowgrpo_clone, "checkout", "-q", "9745241")
+    try:
+        done = rebase(flowgrpo_clone, "ac4c86e", tmp_path / "smoked")
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "verified file; 13 hook points hold" in target_line(done.stdout, "flowgrpo-sd3")
+        for name in FLOWGRPO_TARGETS[1:]:
+            assert "no file at ac4c86e" in target_line(done.stdout, name)
+        assert not (tmp_path / "smoked").exists()
+        assert git(flowgrpo_clone, "rev-parse", "HEAD") == git(flowgrpo_clone, "rev-parse", "9745241")
+    finally:
+        git(flowgrpo_clone, "checkout", "-q", "main")

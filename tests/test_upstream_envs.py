@@ -101,3 +101,44 @@ def test_readme_commands_reject_what_the_check_cannot_verify():
         readme_env_commands.commands(text, "y")
     joined = "<!-- check_upstream_env: x -->\n```bash\n# a comment's quote: it's\ntorchrun \\\n  -m otca_patch.smoke . out --otca\n```"
     assert readme_env_commands.commands(joined, "x") == [("smoke-otca", "out", "torchrun -m otca_patch.smoke . out --otca")]
+
+
+def test_flowgrpo_setup_pins_are_the_same_at_9745241_so_one_environment_serves_both_commits():
+    pinned, newer = unpack_snapshot("flow_grpo-ac4c86e.tar.gz"), unpack_snapshot("flow_grpo-9745241.tar.gz")
+    if pinned is None or newer is None:
+        missing("no FlowGRPO snapshots")
+    requires = [re.search(r"install_requires=\[(.*?)\]", (root / "setup.py").read_text(), re.S).group(1)
+                for root in (pinned, newer)]
+    assert requires[0] == requires[1]
+    assert "diffusers==0.33.1" in requires[1]
+
+
+#: overlay -> (its base environment, the snapshot whose instructions it follows)
+OVERLAYS = {"flowgrpo-diffusers": ("flowgrpo", "flow_grpo-9745241.tar.gz")}
+
+
+@pytest.mark.parametrize("name", sorted(OVERLAYS))
+def test_an_overlay_is_one_stated_step_over_its_base(name):
+    """envs/overlays/NAME.txt: one `# step:` over the base's pins, naming upstream's instruction; each
+    package pinned, and either named by that instruction or said in the file's header why it comes."""
+    base, archive = OVERLAYS[name]
+    path = REPO / "envs" / "overlays" / f"{name}.txt"
+    text = path.read_text()
+    assert f"# overlay-of: {base}\n" in text and (REPO / "envs" / f"{base}.txt").is_file()
+    steps = [line for line in text.splitlines() if line.startswith("# step")]
+    assert len(steps) == 1
+    root = unpack_snapshot(archive)
+    if root is None:
+        missing(f"no upstream snapshot {archive}")
+    instruction = steps[0].split(": ", 2)[-1]
+    assert instruction in (root / "README.md").read_text()  # upstream's own command, verbatim
+    header = "\n".join(line for line in text.splitlines() if line.startswith("#"))
+    packages = [(normalise(line.partition("==")[0]), line.partition("==")[2])
+                for line in text.splitlines() if line.strip() and not line.startswith("#")]
+    base_pins = dict(requirements(base))
+    for package, version in packages:
+        assert version, f"{package} is not pinned"
+        assert package in normalise(instruction) or package in normalise(header), package
+        assert base_pins.get(package) != version, f"{package}=={version} is already the base's pin"
+    script = (REPO / "scripts" / "check_upstream_env.sh").read_text()
+    assert re.search(rf"^\s+{name}\)", script, re.M)

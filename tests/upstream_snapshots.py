@@ -20,6 +20,9 @@ REPO = Path(__file__).resolve().parents[1]
 #: the snapshot of each pinned upstream commit (the one the hook specs are verified on)
 PINNED_SNAPSHOTS = {"DanceGRPO": "DanceGRPO-15cc71d.tar.gz", "flow_grpo": "flow_grpo-ac4c86e.tar.gz",
                     "MixGRPO": "MixGRPO-e5cdd6a.tar.gz"}
+#: the snapshots of the newer upstream commits some specs are verified on (FlowGRPO 9745241: the
+#: FLUX, Qwen-Image, Wan, SD3-Fast and GRPO-Guard trainers); ``OTCA_UPSTREAM_<NAME>_<COMMIT>`` overrides
+NEWER_SNAPSHOTS = {("flow_grpo", "9745241"): "flow_grpo-9745241.tar.gz"}
 
 
 def in_ci() -> bool:
@@ -79,3 +82,16 @@ def upstream_checkout(name: str, env_var: str, marker_file: str) -> Path:
         return snapshot.resolve()
     missing(f"no {name} checkout: set {env_var}, populate upstream/{name} (git submodule update --init "
             f"upstream/{name}) or put ../shared/upstream/{PINNED_SNAPSHOTS.get(name, name)} beside the repository")
+
+
+def newer_checkout(name: str, commit: str, marker_file: str) -> Path:
+    """The checkout of upstream ``name`` at the newer ``commit`` (``NEWER_SNAPSHOTS``) holding ``marker_file``:
+    ``$OTCA_UPSTREAM_<NAME>_<COMMIT>`` or the snapshot beside the repository."""
+    env_var = f"OTCA_UPSTREAM_{name.upper()}_{commit.upper()}"
+    if os.environ.get(env_var) and (Path(os.environ[env_var]) / marker_file).is_file():
+        return Path(os.environ[env_var]).resolve()
+    archive = NEWER_SNAPSHOTS[(name, commit)]
+    snapshot = unpack_snapshot(archive)
+    if snapshot is not None and (snapshot / marker_file).is_file():
+        return snapshot.resolve()
+    missing(f"no {name} checkout at {commit}: set {env_var} or put ../shared/upstream/{archive} beside the repository")

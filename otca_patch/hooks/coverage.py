@@ -8,6 +8,10 @@ from typing import Sequence
 from . import resemblance
 from .select import checkout_upstreams
 from .spec import TargetSpec
+from .trainer_kind import NOT_GRPO, trainer_kind
+
+#: doctor's verdict on a trainer file that is not GRPO (``trainer_kind``'s rule)
+NOT_GRPO_ADVICE = "not a GRPO trainer: launch it without --otca"
 
 #: trainer scripts, looked for in the folders that hold a spec's file (fastvideo/, scripts/)
 TRAINER_PATTERN = "train*.py"
@@ -26,8 +30,10 @@ def uncovered_trainers(checkout: Path, specs: Sequence[TargetSpec], explicit: Se
 def closest_spec(path: Path, checkout: Path, specs: Sequence[TargetSpec]) -> tuple[TargetSpec, float] | None:
     """The spec whose file (in ``checkout``) shares the largest part of its distinct lines with
     ``path``, and that part, when ``path`` is a copy of it (``resemblance``: the launch's start-up
-    hook applies the same rule)."""
-    present = [spec for spec in specs if (checkout / spec.file).is_file()]
+    hook applies the same rule). Only specs of this checkout's own upstream(s) count: a shared path
+    does not make a MixGRPO file a copy of DanceGRPO's."""
+    here = checkout_upstreams(checkout, list(specs))
+    present = [spec for spec in specs if spec.upstream in here and (checkout / spec.file).is_file()]
     found = resemblance.nearest(resemblance.line_keys(path.read_text(errors="replace")),
                                 [(index, resemblance.line_keys((checkout / spec.file).read_text(errors="replace")))
                                  for index, spec in enumerate(present)])
@@ -50,9 +56,7 @@ def coverage_lines(checkout: Path, specs: Sequence[TargetSpec], explicit: Sequen
                      f"that runs one of them under --otca stops if it is a copy of a covered trainer; to check and "
                      f"run a copy patched, give --otca_target NAME=PATH):")
         for file in uncovered:
-            copy = closest_spec(checkout / file, checkout, specs)
-            lines.append(f"  {file}" + (f" (a copy of {copy[0].file}, {copy[1]:.0%} of its lines: --otca_target "
-                                        f"{copy[0].name}={file})" if copy else ""))
+            lines.append(f"  {file}{_advice(checkout, file, specs)}")
     missing, elsewhere = missing_files(checkout, specs)
     if missing:
         lines.append(f"specs whose file this checkout lacks ({len(missing)}; --otca cannot run these targets here):")
@@ -61,4 +65,37 @@ def coverage_lines(checkout: Path, specs: Sequence[TargetSpec], explicit: Sequen
     if elsewhere:
         lines.append("specs of other upstreams (their files are not in this checkout): "
                      + ", ".join(f"{spec.name} ({spec.upstream}: {spec.file})" for spec in elsewhere))
+    return lines
+
+
+def _advice(checkout: Path, file: str, specs: Sequence[TargetSpec]) -> str:
+    """What doctor tells of one uncovered trainer, only advice that can work: not GRPO (launch it
+    without --otca); a copy of a spec of its own upstream that holds on it (``--otca_target``); or
+    the nearest such spec, which does not hold (it needs a spec of its own)."""
+    from .select import failures
+
+    if trainer_kind(checkout / file) == NOT_GRPO:
+        return f" ({NOT_GRPO_ADVICE}; it trains no group advantage OTCA could replace)"
+    copy = closest_spec(checkout / file, checkout, specs)
+    if copy is None:
+        return ""
+    spec, share = copy
+    failed = failures(str(checkout / file), spec)
+    if not failed:
+        return f" (a copy of {spec.file}, {share:.0%} of its lines, and {spec.name}'s spec holds on it: --otca_target {spec.name}={file})"
+    return (f" (nearest spec: {spec.name}, {share:.0%} of {spec.file}'s lines, but {len(failed)} of its hook points "
+            f"and pins do not hold here, first {failed[0].split(':')[0]}: it needs a spec of its own, not --otca_target)")
+
+
+def uncovered_summary(checkout: Path, specs: Sequence[TargetSpec]) -> list[str]:
+    """``rebase``'s short lines on the trainer files no spec covers: which are GRPO trainers that
+    need a spec of their own, and which are not GRPO (``trainer_kind``)."""
+    uncovered = uncovered_trainers(checkout, specs)
+    if not uncovered:
+        return []
+    kinds = {file: trainer_kind(checkout / file) for file in uncovered}
+    lines = [f"trainer files no spec covers ({len(uncovered)}):"]
+    for file in uncovered:
+        lines.append(f"  {file}: " + ("not a GRPO trainer: launch it without --otca" if kinds[file] == NOT_GRPO
+                                      else "a GRPO trainer without a spec yet: it needs a spec of its own"))
     return lines

@@ -27,7 +27,7 @@ import torch
 
 from ..config import OtcaConfig
 from .sizes import IMAGE_PROMPTS, SmokeSizes
-from .flowgrpo_sd3 import TrainingProbe
+from .flowgrpo import TrainingProbe
 from .harness import enter_run_folder, finish, load_upstream, report_step
 
 UPSTREAM_FILE = "fastvideo/train_grpo_sd.py"

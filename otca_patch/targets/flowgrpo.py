@@ -2,11 +2,12 @@
 objectives bound to upstream's ``config.reward_fn`` once its config is parsed, groups by prompt text
 over all processes, TCD's progress from upstream's ``latents`` / ``next_latents`` layout, the ``[B, T]``
 advantage of this process's rows, the trained-step check of the first epoch, and one run-log line
-per epoch.
+per epoch. The trainers that sample an SDE window build on it in ``flowgrpo_window``.
 """
 from __future__ import annotations
 
 import torch
+
 
 from .. import rank_check
 from ..credit import similarity_to_final, step_progress
@@ -38,6 +39,7 @@ class FlowGrpoRuntime(Runtime):
     """State of the layer inside one FlowGRPO process."""
 
     upstream_rewards = upstream_rewards({})
+    INTERNAL = Runtime.INTERNAL | {"trajectory"}
 
     def __init__(self, config, spec):
         super().__init__(config, spec)
@@ -79,15 +81,22 @@ class FlowGrpoRuntime(Runtime):
             labels = prompt_keys(tokenizer.batch_decode(samples["prompt_ids"], skip_special_tokens=True), device)
         else:  # upstream's global normalisation: one group over the gathered batch
             labels = torch.zeros(batch, dtype=torch.long, device=device)
-        delta_s = trajectory_progress(samples["latents"], samples["next_latents"]).to(device)
-        local, summary = self.credit(rewards, delta_s, labels)
-        trained = self.choose(local["advantages"][:, :num_train_timesteps], upstream_advantages)
-        # every sample trains steps 0 .. T-1 in sampling order (DanceGRPO's logs name a random order)
+        delta_s, trained_steps = self.trajectory(samples, num_train_timesteps)
+        local, summary = self.credit(rewards, delta_s.to(device), labels)
+        trained_steps = trained_steps.to(local["advantages"].device)
+        trained = self.choose(local["advantages"].gather(1, trained_steps), upstream_advantages)
+        # advantage_steps: the step of each logged advantage column (the run-log check reads them so)
         self.record = self.credit_record(local, summary, rewards, trained, upstream_advantages,
-                                         trained_steps=torch.arange(num_train_timesteps).expand(batch, -1))
+                                         trained_steps=trained_steps, advantage_steps=trained_steps)
         self.images, self.prompts = [], []
         self.step_check.store(samples)  # first epoch: each step's fingerprint, in the advantage's column order
         return trained
+
+    def trajectory(self, samples: dict, num_train_timesteps: int):
+        """TCD's ``delta_s [B, S]`` and the step each trained column ``j`` is, ``[B, T]``. Here the
+        samples hold every step (``latents`` / ``next_latents``) and column j trains step j."""
+        delta_s = trajectory_progress(samples["latents"], samples["next_latents"])
+        return delta_s, torch.arange(num_train_timesteps).expand(delta_s.shape[0], -1)
 
     # ---- hooks: watch_trained_step (module level), read_step_advantage (main, training loop)
     def watch_trained_step(self, compute_log_prob):
@@ -126,4 +135,5 @@ class FlowGrpoRuntime(Runtime):
         self.write_record(epoch=epoch, global_step=global_step, kept=self.kept, loss=loss)
         self.step_check.end_step()
         self.reset()
+
 

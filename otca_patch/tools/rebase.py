@@ -27,6 +27,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from ..hooks.coverage import uncovered_summary
 from ..hooks.spec import load_specs
 from .target_check import check_targets, format_checks, smoke_changed, upstream_specs, wrapped
 
@@ -114,7 +115,8 @@ def check_at(checkout: Path, ref: str, specs: list, smoke: str | None) -> tuple[
     """(every present target holds and smokes, the per-target report) at the current checkout."""
     checks = check_targets(checkout, specs)
     failures = smoke_changed(checks, checkout, smoke)
-    report = "\n".join([*summary_lines(checks), format_checks(checks, ref), *failures])
+    report = "\n".join([*summary_lines(checks), format_checks(checks, ref), *failures,
+                        *uncovered_summary(checkout, specs)])
     present = [c for c in checks if c.present]
     if not present:
         raise RebaseError(f"{ref} holds none of the targets' files ({', '.join(c.file for c in checks)})")

@@ -14,7 +14,7 @@ import torch
 
 import upstream_snapshots as snapshots
 from free_port import free_port
-from upstream_snapshots import upstream_checkout
+from upstream_snapshots import newer_checkout, upstream_checkout
 
 REPO = Path(__file__).resolve().parents[2]
 SMOKE = ["-m", "otca_patch.smoke"]  # run from REPO, so the checkout's package is the one imported
@@ -176,12 +176,24 @@ def assert_same_update(ours, theirs, args, trained_steps, our_advantages, their_
 
 # ---- FlowGRPO (scripts/train_sd3.py under accelerate)
 
-@pytest.fixture(scope="session")
-def flow_grpo() -> Path:
+def require_flowgrpo_packages() -> None:
     missing = [m for m in ("ml_collections", "absl", "peft", "wandb") if importlib.util.find_spec(m) is None]
     if missing:
         snapshots.missing(f"FlowGRPO's trainer needs {', '.join(missing)}: pip install -e '.[flowgrpo]'")
+
+
+@pytest.fixture(scope="session")
+def flow_grpo() -> Path:
+    """FlowGRPO at the pinned commit ac4c86e (flowgrpo-sd3 is verified there)."""
+    require_flowgrpo_packages()
     return upstream_checkout("flow_grpo", "OTCA_UPSTREAM_FLOW_GRPO", "scripts/train_sd3.py")
+
+
+@pytest.fixture(scope="session")
+def flow_grpo_9745241() -> Path:
+    """FlowGRPO at 9745241 (2025-11-04): the newer trainers' specs are verified there, and SD3's holds too."""
+    require_flowgrpo_packages()
+    return newer_checkout("flow_grpo", "9745241", "scripts/train_sd3_fast.py")
 
 
 def accelerate_launch(nproc: int) -> list[str]:
@@ -213,8 +225,8 @@ class FlowSmokeRun:
 
 
 def run_flowgrpo_smoke(upstream: Path, out: Path, *flags: str, nproc: int = 1, env: dict | None = None,
-                       check: bool = True) -> FlowSmokeRun:
-    command = [*accelerate_launch(nproc), *SMOKE, str(upstream), str(out), "--target", "flowgrpo-sd3", *flags]
+                       check: bool = True, target: str = "flowgrpo-sd3") -> FlowSmokeRun:
+    command = [*accelerate_launch(nproc), *SMOKE, str(upstream), str(out), "--target", target, *flags]
     completed = subprocess.run(command, capture_output=True, text=True, timeout=900,
                                env={**os.environ, "WANDB_MODE": "disabled", **(env or {})}, cwd=REPO)
     if check and completed.returncode != 0:

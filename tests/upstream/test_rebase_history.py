@@ -138,3 +138,19 @@ def test_rebase_of_the_flux_spec_alone_moves_the_pin_after_a_real_smoke_run(hist
     assert done.returncode == 0, done.stdout + done.stderr
     assert "smoke: passed" in done.stdout
     assert git(superproject, "ls-files", "--stage", "upstream/DanceGRPO").split()[1] == git(clone, "rev-parse", "HEAD")
+
+
+def test_flowgrpo_rebase_onto_9745241_runs_the_real_smoke_of_the_changed_target(tmp_path_factory):
+    """ac4c86e -> 9745241 in a plain clone with the default smoke (the real train_sd3.py main(), --otca):
+    the run a user gets (its printed report is docs/flowgrpo-commits.md's example)."""
+    from test_rebase_plain_clone import build_flowgrpo_clone
+
+    clone = build_flowgrpo_clone(tmp_path_factory.mktemp("flowgrpo_rebase"))
+    env = dict(os.environ, PYTHONPATH=str(REPO), WANDB_MODE="disabled")
+    env.pop("OTCA_REBASE_SMOKE", None)
+    env.pop("OTCA_PATCHES_DIR", None)
+    done = subprocess.run([sys.executable, "-m", "otca_patch.cli", "rebase", "9745241"], cwd=clone, env=env,
+                          capture_output=True, text=True, timeout=1800)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "13 hook points hold; smoke: passed" in done.stdout
+    assert not git(clone, "status", "--porcelain") and git(clone, "rev-parse", "--abbrev-ref", "HEAD") == "main"
