@@ -12,8 +12,8 @@ from .conftest import REPO
 
 pytestmark = pytest.mark.upstream
 
-#: every GRPO trainer of 9745241 and the target whose spec covers it (issue 28); the FLUX family's
-#: specs are another branch's (flowgrpo-flux): each is checked as holding once it is registered
+#: every GRPO trainer of 9745241 and the target whose spec covers it (issue 28); Qwen-Image-Edit and
+#: Wan2.1 have none yet (docs/flowgrpo-trainers.md): each is checked as holding once it is registered
 GRPO_TRAINERS = {
     "scripts/train_sd3.py": "flowgrpo-sd3",
     "scripts/train_sd3_fast.py": "flowgrpo-sd3-fast",
@@ -25,8 +25,9 @@ GRPO_TRAINERS = {
     "scripts/train_qwenimage_edit.py": "flowgrpo-qwenimage-edit",
     "scripts/train_wan2_1.py": "flowgrpo-wan2-1",
 }
-#: the targets this branch must have (the SD3 family)
-REQUIRED = {"flowgrpo-sd3", "flowgrpo-sd3-fast", "flowgrpo-sd3-guard"}
+#: the targets that must exist today
+REQUIRED = {"flowgrpo-sd3", "flowgrpo-sd3-fast", "flowgrpo-sd3-guard", "flowgrpo-flux", "flowgrpo-flux-fast",
+            "flowgrpo-flux-kontext", "flowgrpo-qwenimage"}
 NOT_GRPO = ("scripts/train_sd3_dpo.py", "scripts/train_sd3_sft.py")
 
 
