@@ -125,6 +125,13 @@ if [ -n "$overlay" ]; then
   else
     say "reusing the overlay $layer (envs/overlays/$name.txt unchanged)"
   fi
+  # the base's console scripts (accelerate, torchrun, ...) run with the layer's interpreter, so that the
+  # README's commands see the overlay's packages
+  for script in "$env"/bin/*; do
+    [ -f "$layer/bin/${script##*/}" ] && continue
+    head -1 "$script" | grep -q "^#!$env/bin/python" || continue
+    { echo "#!$layer/bin/python"; tail -n +2 "$script"; } > "$layer/bin/${script##*/}" && chmod +x "$layer/bin/${script##*/}"
+  done
   env="$layer"
 fi
 py="$env/bin/python"
