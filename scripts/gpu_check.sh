@@ -128,10 +128,13 @@ for name in sys.argv[1:] or targets:
     smoke = targets[name][1]
     try:  # the fewest processes the upstream main runs on (FlowGRPO FLUX loops read the DDP transformer.module)
         import importlib
-        least = getattr(getattr(importlib.import_module(smoke.module), "TRAINER", None), "min_processes", 1)
+        trainer = getattr(importlib.import_module(smoke.module), "TRAINER", None)
+        least = getattr(trainer, "min_processes", 1)
+        # accelerate wraps the model in DDP only under its own launcher on the CPU: as upstream launches
+        launcher = "accelerate" if least > 1 and not getattr(trainer, "needs_torchrun", False) else "torchrun"
     except Exception:  # its run reports the import error itself
-        least = 1
-    print(name, targets[name][0].upstream, least)' "$@" > "$work/targets.txt" 2> "$work/targets.err"; then
+        least, launcher = 1, "torchrun"
+    print(name, targets[name][0].upstream, least, launcher)' "$@" > "$work/targets.txt" 2> "$work/targets.err"; then
   say "$(tail -1 "$work/targets.err")"; return 1
 fi
 worlds=(1)
@@ -146,8 +149,9 @@ cause() {  # LOG -> the failing run's last error (a rank's, not torchrun's repor
            | sed -E 's|^\s*File "([^"]*)", line ([0-9]+).*|\1:\2|; s|.*/upstream/||; s|.*/site/||; s|.*/site-packages/||; s|.*/otca_patch/|otca_patch/|')"
   echo "${error:0:240}${where:+ (at $where)}"
 }
-one_run() {  # TARGET UPSTREAM_NAME WORLD -> one PASS/FAIL line in $work/TARGET-worldWORLD.line
-  local target="$1" name="$2" world="$3" label out upstream status seconds why t0
+free_port() { "$python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+one_run() {  # TARGET UPSTREAM_NAME WORLD LAUNCHER -> one PASS/FAIL line in $work/TARGET-worldWORLD.line
+  local target="$1" name="$2" world="$3" launcher="$4" label out upstream status seconds why t0 launch
   label="$(printf '%-26s world %s' "$target" "$world")"
   out="$work/runs/$target-world$world"
   upstream="${upstreams[$name]:-}"
@@ -155,9 +159,13 @@ one_run() {  # TARGET UPSTREAM_NAME WORLD -> one PASS/FAIL line in $work/TARGET-
     echo "FAIL $label: no $name checkout (its snapshot is not in $payload/upstream)" > "$out.line"; return
   fi
   t0=$(date +%s)
+  if [ "$launcher" = accelerate ]; then
+    launch=("$python" -m accelerate.commands.launch --num_processes "$world" --multi_gpu --main_process_port "$(free_port)")
+  else
+    launch=("$python" -m torch.distributed.run --standalone --nproc_per_node "$world")
+  fi
   (cd "$work/runs" && OTCA_SMOKE_DEVICE="$device" OTCA_SMOKE_METER=1 timeout -k 10 "$run_limit" \
-    "$python" -m torch.distributed.run --standalone --nproc_per_node "$world" \
-    -m otca_patch.smoke "$upstream" "$out" --target "$target" --otca) > "$out.log" 2>&1
+    "${launch[@]}" -m otca_patch.smoke "$upstream" "$out" --target "$target" --otca) > "$out.log" 2>&1
   status=$?
   seconds=$(( $(date +%s) - t0 ))
   if [ $status -ne 0 ]; then
@@ -174,13 +182,24 @@ one_run() {  # TARGET UPSTREAM_NAME WORLD -> one PASS/FAIL line in $work/TARGET-
 mkdir -p "$work/runs"
 runs=()
 not_run=()
-while read -r target name least; do
+# targets whose smoke is known not to run in the GPU machine's stack: said on their own line, never run
+# as a pass (docs/gpu-check.md, "Known gaps")
+declare -A known_gaps=(
+  [flowgrpo-qwenimage]="its tiny Qwen2.5-VL text encoder's prompt comes out empty under transformers 5 (diffusers' template drops the first 34 tokens); proved in the dev and FlowGRPO environments (transformers 4.49-4.51) instead"
+  [flowgrpo-flux]="accelerate 1.15 does not wrap the CPU stand-in in DDP, and upstream's loop reads transformer.module; proved on 2 CPU processes in the dev and FlowGRPO environments (accelerate 1.0-1.4) instead"
+  [flowgrpo-flux-fast]="as flowgrpo-flux"
+  [flowgrpo-flux-kontext]="as flowgrpo-flux, and the tiny CLIP tokenizer's max length breaks under transformers 5; proved in the FlowGRPO environment with the diffusers overlay instead"
+)
+while read -r target name least launcher; do
+  if [ -n "${known_gaps[$target]:-}" ]; then
+    not_run+=("NOT RUN $(printf '%-26s' "$target") known gap: ${known_gaps[$target]}"); continue
+  fi
   ran=0
   for world in "${worlds[@]}"; do
-    [ "$world" -ge "$least" ] && runs+=("$target $name $world") && ran=1
+    [ "$world" -ge "$least" ] && runs+=("$target $name $world $launcher") && ran=1
   done
   if [ "$ran" = 0 ]; then
-    if [ "$rehearse" = 1 ]; then runs+=("$target $name $least")  # CPU processes stand in for the GPUs
+    if [ "$rehearse" = 1 ]; then runs+=("$target $name $least $launcher")  # CPU processes stand in for the GPUs
     else not_run+=("NOT RUN $(printf '%-26s' "$target") needs $least processes, one GPU each (this machine has $gpus): upstream's main runs on no fewer")
     fi
   fi

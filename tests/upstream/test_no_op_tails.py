@@ -16,6 +16,7 @@ import pytest
 from otca_patch.hooks.checkout import upstream_env_var
 from otca_patch.hooks.spec import load_specs
 from upstream_snapshots import upstream_checkout
+import upstream_snapshots as snapshots
 
 from .conftest import REPO, run_flowgrpo_smoke, run_smoke
 
@@ -123,9 +124,18 @@ def tails_of(spec) -> dict:
     return {name: table[name] for name in names if name not in skipped}
 
 
+def on_the_pinned_commit(spec) -> bool:
+    """Whether ``spec`` is verified on its upstream's pinned snapshot (the checkout this test tails).
+    FlowGRPO's 9745241 specs (FLUX, Qwen-Image, SD3-Fast, GRPO-Guard) have no tails table yet."""
+    return spec.verified_commit[:7] in snapshots.PINNED_SNAPSHOTS[spec.upstream]
+
+
+PINNED_SPECS = [spec for spec in load_specs() if on_the_pinned_commit(spec)]
+
+
 def mutated_checkout(upstream: str, tmp_path: Path) -> Path:
     """A copy of the pinned ``upstream`` checkout with every anchored tensor of every spec's file tailed."""
-    specs = [spec for spec in load_specs() if spec.upstream == upstream]
+    specs = [spec for spec in PINNED_SPECS if spec.upstream == upstream]
     pinned = upstream_checkout(upstream, upstream_env_var(upstream), specs[0].file)
     copy = tmp_path / pinned.name
     shutil.copytree(pinned, copy, ignore=shutil.ignore_patterns(".git"))
@@ -163,7 +173,7 @@ def mutated(tmp_path_factory):
     return get
 
 
-@pytest.mark.parametrize("spec", load_specs(), ids=lambda spec: spec.name)
+@pytest.mark.parametrize("spec", PINNED_SPECS, ids=lambda spec: spec.name)
 def test_every_trainer_with_tails_on_its_anchored_tensors_passes_doctor(mutated, spec):
     report = doctor(mutated(spec.upstream))
     assert report.returncode == 0, report.stdout + report.stderr

@@ -30,14 +30,6 @@ def first_release() -> Path:
     return checkout
 
 
-def _toml(path: Path) -> dict:
-    try:
-        import tomllib
-    except ModuleNotFoundError:  # Python 3.10
-        import tomli as tomllib
-    return tomllib.loads(path.read_text())
-
-
 def doctor(checkout: Path, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "otca_patch.cli", "doctor", str(checkout)], capture_output=True,
                           text=True, timeout=120, cwd=REPO, env=env)
@@ -46,8 +38,10 @@ def doctor(checkout: Path, env: dict | None = None) -> subprocess.CompletedProce
 def test_doctor_names_exactly_the_hook_points_that_need_a_new_spec(first_release):
     done = doctor(first_release)
     assert done.returncode == 1, done.stdout + done.stderr
-    flux = _toml(REPO / "patches" / "dancegrpo" / "train_grpo_flux.toml")
-    every_point = len(flux["hooks"]) + len(flux.get("pins", []))  # all of the pinned spec's points hold there
+    from otca_patch.targets.registry import spec_named
+
+    flux = spec_named("dancegrpo-flux")  # its skeletons' entries included
+    every_point = len(flux.hooks) + len(flux.pins)  # all of the pinned spec's points hold there
     assert f"dancegrpo-flux (fastvideo/train_grpo_flux.py): holds ({every_point} hook points and pins)" in done.stdout
     verdict = next(line for line in done.stdout.splitlines() if line.strip().startswith("dancegrpo-hunyuan ("))
     assert verdict.split(": ", 1)[1] == f"needs a new spec for 9 of 14: {', '.join(HUNYUAN_BROKEN)}"
@@ -130,8 +124,9 @@ def test_rebase_of_the_flux_spec_alone_moves_the_pin_after_a_real_smoke_run(hist
     require_upstream_packages()
     clone, superproject, env = history
     patches = tmp_path / "patches"
-    patches.mkdir()
-    shutil.copy(REPO / "patches" / "dancegrpo" / "train_grpo_flux.toml", patches)
+    (patches / "dancegrpo").mkdir(parents=True)
+    for skeleton_or_spec in [*(REPO / "patches" / "dancegrpo").glob("_*.toml"), REPO / "patches" / "dancegrpo" / "train_grpo_flux.toml"]:
+        shutil.copy(skeleton_or_spec, patches / "dancegrpo")  # the spec and the family skeletons it extends
     env = dict(env, OTCA_PATCHES_DIR=str(patches))
     env.pop("OTCA_REBASE_SMOKE", None)
     done = rebase(superproject, env, "first-release", str(clone))
