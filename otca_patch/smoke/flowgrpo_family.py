@@ -16,7 +16,6 @@ import hashlib
 import importlib.util
 import json
 import os
-import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -26,6 +25,7 @@ import torch
 from ..config import OtcaConfig
 from .flowgrpo_sd3 import PROMPTS, UPSTREAM_EXTRA, TrainingProbe, _write_once, config_overrides
 from .flowgrpo_sd3 import Sizes as Sd3Sizes
+from .flowgrpo import tiny_model
 from .harness import load_upstream
 
 
@@ -47,23 +47,6 @@ def common_overrides(sizes: FlowSizes, dataset: Path, model: Path) -> dict:
 #: FLUX-family loops read ``transformer.module`` (DDP's wrapper, which accelerate adds on 2+ processes only)
 ACCELERATE_DDP = {"min_processes": 2, "launch": "on 2 or more processes, as upstream launches it: accelerate launch "
                   "--num_processes 2 --multi_gpu -m otca_patch.smoke ... (its loop reads DDP's transformer.module)"}
-
-
-def built_once(folder: Path, build: Callable[[Path], Path]) -> Path:
-    """``folder`` built by the first local process (into a partial folder, then renamed); the others wait."""
-    if os.environ.get("LOCAL_RANK", "0") == "0":
-        if not (folder / "model_index.json").is_file():
-            folder.parent.mkdir(parents=True, exist_ok=True)
-            partial = folder.with_name(f"{folder.name}.{os.getpid()}.partial")
-            build(partial)
-            os.replace(partial, folder)
-        return folder
-    deadline = time.time() + 600
-    while not (folder / "model_index.json").is_file():
-        if time.time() > deadline:
-            raise SystemExit(f"smoke: {folder} was not built by the first process")
-        time.sleep(0.5)
-    return folder
 
 
 def write_prompt_lists(folder: Path) -> None:
@@ -144,7 +127,7 @@ class FlowTrainer:
 
     def model_folder(self, reward_root: Path) -> Path:
         default = reward_root.parent / f"tiny_{self.module_name}"
-        return built_once(Path(os.environ.get(self.model_env) or default).resolve(), self.build_model)
+        return tiny_model(Path(os.environ.get(self.model_env) or default).resolve(), self.build_model)
 
     def run(self, upstream_dir: Path, out_dir: Path, config: OtcaConfig, sizes: FlowSizes, reward_root: Path,
             probe=None) -> dict:
