@@ -65,7 +65,8 @@ class FlowGrpoRuntime(Runtime):
 
     # ---- hook: collect_images (main, sampling loop)
     def collect_images(self, images: torch.Tensor, prompts) -> None:
-        """One sampling batch: ``images [b, 3, H, W]`` in [0, 1] and its prompts (registry objectives only)."""
+        """One sampling batch: ``images [b, 3, H, W]`` (Wan: videos ``[b, F, 3, H, W]``) in [0, 1] and
+        its prompts (registry objectives only; image models score ``--otca_video_frames`` of a video)."""
         if self.objectives.needs_images:
             self.images.extend(images.detach().float())
             self.prompts.extend(prompts)
@@ -76,7 +77,8 @@ class FlowGrpoRuntime(Runtime):
         upstream_advantages = self.upstream_advantages = samples["advantages"]  # a reference: [B, T]
         batch, device = upstream_advantages.shape[0], upstream_advantages.device
         self.place_objectives(device)
-        rewards = self.objectives.matrix(samples["rewards"], self.images or None, self.prompts).to(device)
+        rewards = self.objectives.matrix(samples["rewards"], self.images or None, self.prompts,
+                                         self.config.otca_video_frames).to(device)
         if upstream_config.per_prompt_stat_tracking:  # upstream's groups: the decoded prompt text
             labels = prompt_keys(tokenizer.batch_decode(samples["prompt_ids"], skip_special_tokens=True), device)
         else:  # upstream's global normalisation: one group over the gathered batch

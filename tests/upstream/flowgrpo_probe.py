@@ -1,5 +1,5 @@
 """Test-only recorder of what FlowGRPO's trainers sample (``--probe``): for each training rollout
-(``pipeline_with_logprob`` with a nonzero ``noise_level``; evaluation samples with 0) every state
+(``pipeline_with_logprob``, Wan's ``wan_pipeline_with_logprob``, with a nonzero ``noise_level``; evaluation samples with 0) every state
 the sampler passes through and each step's noise level, from ``sde_step_with_logprob``'s own
 inputs and outputs (the whole trajectory, also where the trainer keeps only an SDE window, whose
 steps are the ones with noise), and for each training reward call
@@ -14,7 +14,8 @@ class RolloutRecorder:
     def __init__(self, module):
         self.trajectories, self.noise_levels, self.images, self.prompts, self.rewards = [], [], [], [], []
         recorder, states, noise_levels = self, [], []
-        pipeline = module.pipeline_with_logprob
+        name = "pipeline_with_logprob" if hasattr(module, "pipeline_with_logprob") else "wan_pipeline_with_logprob"
+        pipeline = getattr(module, name)
         globals_ = inspect.unwrap(pipeline).__globals__
         step = globals_["sde_step_with_logprob"]
 
@@ -36,7 +37,7 @@ class RolloutRecorder:
             return result
 
         globals_["sde_step_with_logprob"] = recording_step
-        module.pipeline_with_logprob = recording_pipeline
+        setattr(module, name, recording_pipeline)
         rewards_module = module.flow_grpo.rewards
         multi_score = rewards_module.multi_score
 

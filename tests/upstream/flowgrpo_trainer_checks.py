@@ -70,7 +70,8 @@ class FlowTrainerChecks:
     launcher = "accelerate"  # or "torchrun", as upstream launches the trainer
     model_env = ""  # the variable naming the shared tiny pipeline folder
     sizes: tuple = ()  # smoke size flags of every run
-    reward_weight = 2.0  # the smoke config's weight of jpeg_compressibility in upstream's avg
+    upstream_reward = "jpeg_compressibility"  # the smoke config's multi_score reward
+    reward_weight = 2.0  # its weight in upstream's avg
     # breaks per_step_advantages, and nothing else: the same call without the assignment statement
     mutation = ('samples["advantages"] = (', 'samples.__setitem__("advantages", ')
     loss_rtol = 1e-4
@@ -90,6 +91,10 @@ class FlowTrainerChecks:
         window = torch.nonzero(noise_levels > 0).flatten()
         assert window.tolist() == list(range(int(window[0]), int(window[0]) + self.window))
         return window.expand(trajectory.shape[0], -1)
+
+    def registry_scores(self, model, images: torch.Tensor, prompts: list) -> torch.Tensor:
+        """``[B]`` float64: a registry model's scores of the recorded samples (images here)."""
+        return model.score(images, prompts).reshape(-1).double()
 
     # ---- runs
     def launch(self, nproc: int) -> list:
@@ -151,7 +156,7 @@ class FlowTrainerChecks:
 
     def test_sum_mode_over_upstreams_weights_trains_upstreams_numbers(self, runs):
         vanilla = runs("vanilla")
-        summed = runs("sum", "--otca", "--otca_mode", "sum", "--otca_rewards", "jpeg_compressibility",
+        summed = runs("sum", "--otca", "--otca_mode", "sum", "--otca_rewards", self.upstream_reward,
                       "--otca_objective_weights", str(self.reward_weight), *UPSTREAM_NORMALISATION)
         recorded = self.rollouts(vanilla)
         for epoch in (1, 2):
@@ -176,13 +181,13 @@ class FlowTrainerChecks:
                       model_name=tiny.register_tiny_open_clip(run.out / "tiny_rewards"))
         for epoch in (1, 2):
             records = [run.record(epoch, rank) for rank in range(self.nproc)]
-            assert records[0]["objectives"] == ["jpeg_compressibility", "clip_t"]
+            assert records[0]["objectives"] == [self.upstream_reward, "clip_t"]
             trajectories = [self.epoch(r, epoch, "trajectories") for r in recorded]
             noise_levels = [self.epoch(r, epoch, "noise_levels") for r in recorded]
             prompts = [p for r in recorded for p in self.epoch(r, epoch, "prompts")]
-            jpeg = torch.cat([self.epoch(r, epoch, "rewards")["jpeg_compressibility"] for r in recorded])
+            upstream = torch.cat([self.epoch(r, epoch, "rewards")[self.upstream_reward] for r in recorded])
             images = torch.cat([self.epoch(r, epoch, "images") for r in recorded])
-            rewards = torch.stack([jpeg, clip_t.score(images, prompts).reshape(-1).double()], dim=1)
+            rewards = torch.stack([upstream, self.registry_scores(clip_t, images, prompts)], dim=1)
             delta_s = torch.cat([progress_from_latents(t) for t in trajectories])
             first_seen = {}
             groups = torch.tensor([first_seen.setdefault(p, len(first_seen)) for p in prompts])
