@@ -33,10 +33,9 @@ OCR_PROMPTS = ('a photo of "cat" on a white background', 'a photo of "dog" in th
 
 @dataclass
 class Sizes(FlowSizes):
-    """Video frames (latents have (frames - 1) / 4 + 1)."""
+    """Video frames (latents have (frames - 1) / 4 + 1); ``reward_weight`` is video_ocr's in upstream's avg."""
 
     frames: int = 5
-    reward_weight: float = 2.0  # video_ocr's weight in upstream's avg
 
 
 class StandInOcr:
@@ -52,6 +51,7 @@ class StandInOcr:
 
 
 def stand_in_paddleocr(module) -> None:
+    """Before ``main`` builds its reward: ``flow_grpo/ocr.py``'s ``from paddleocr import PaddleOCR`` gets ``StandInOcr``."""
     sys.modules["paddleocr"] = types.SimpleNamespace(PaddleOCR=StandInOcr)
 
 
@@ -69,6 +69,8 @@ def overrides(sizes: Sizes) -> dict:
 
 
 class WanTrainer(FlowTrainer):
+    """The family's smoke, with the config's epoch stop moved past upstream's two untrained epochs."""
+
     def write_config(self, out_dir, upstream_dir, sizes, model):
         return super().write_config(out_dir, upstream_dir, replace(sizes, steps=sizes.steps + UNTRAINED_EPOCHS), model)
 
