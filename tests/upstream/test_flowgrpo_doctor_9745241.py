@@ -12,8 +12,8 @@ from .conftest import REPO
 
 pytestmark = pytest.mark.upstream
 
-#: every GRPO trainer of 9745241 and the target whose spec covers it (issue 28); Qwen-Image-Edit and
-#: Wan2.1 have none yet (docs/flowgrpo-trainers.md): each is checked as holding once it is registered
+#: every GRPO trainer of 9745241 and the target whose spec covers it (issue 28); Wan2.1 has none yet
+#: (docs/flowgrpo-trainers.md): it is checked as holding once it is registered
 GRPO_TRAINERS = {
     "scripts/train_sd3.py": "flowgrpo-sd3",
     "scripts/train_sd3_fast.py": "flowgrpo-sd3-fast",
@@ -27,7 +27,7 @@ GRPO_TRAINERS = {
 }
 #: the targets that must exist today
 REQUIRED = {"flowgrpo-sd3", "flowgrpo-sd3-fast", "flowgrpo-sd3-guard", "flowgrpo-flux", "flowgrpo-flux-fast",
-            "flowgrpo-flux-kontext", "flowgrpo-qwenimage"}
+            "flowgrpo-flux-kontext", "flowgrpo-qwenimage", "flowgrpo-qwenimage-edit"}
 NOT_GRPO = ("scripts/train_sd3_dpo.py", "scripts/train_sd3_sft.py")
 
 
