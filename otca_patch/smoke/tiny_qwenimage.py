@@ -53,9 +53,10 @@ def tiny_text_encoder(tokenizer):
     """A one-layer Qwen2.5-VL (a one-block vision tower), its vision token ids the tokenizer's when it has them."""
     from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
 
-    ids = {name: tokenizer.convert_tokens_to_ids(token) if token in tokenizer.get_vocab() else len(tokenizer) + offset
-           for offset, (name, token) in enumerate([("image_token_id", VISION_TOKENS[1]), ("video_token_id", "<|video_pad|>"),
-                                                   ("vision_start_token_id", VISION_TOKENS[0])], start=1)}
+    tokens = {"image_token_id": VISION_TOKENS[1], "video_token_id": "<|video_pad|>", "vision_start_token_id": VISION_TOKENS[0]}
+    vocab = tokenizer.get_vocab()
+    ids = {name: vocab[token] if token in vocab else len(tokenizer) + offset  # else ids past the vocabulary
+           for offset, (name, token) in enumerate(tokens.items(), start=1)}
     config = Qwen2_5_VLConfig(
         vocab_size=len(tokenizer) + 8, hidden_size=TEXT_WIDTH, intermediate_size=37, num_hidden_layers=1,
         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=2048,
@@ -77,9 +78,9 @@ def build_tiny_qwenimage(folder: str | Path, seed: int = 0) -> Path:
         return folder
     torch.manual_seed(seed)
     tokenizer = byte_level_tokenizer(folder)
+    text_encoder = tiny_text_encoder(tokenizer)  # initialised first: the weights of earlier runs
     pipeline = QwenImagePipeline(scheduler=FlowMatchEulerDiscreteScheduler(shift=3.0), vae=tiny_vae(),
-                                 text_encoder=tiny_text_encoder(tokenizer), tokenizer=tokenizer,
-                                 transformer=tiny_transformer())
+                                 text_encoder=text_encoder, tokenizer=tokenizer, transformer=tiny_transformer())
     pipeline.save_pretrained(str(folder), safe_serialization=True)
     return folder
 
@@ -96,8 +97,9 @@ def build_tiny_qwenimage_edit(folder: str | Path, seed: int = 0) -> Path:
         return folder
     torch.manual_seed(seed)
     tokenizer = byte_level_tokenizer(folder, VISION_TOKENS)
-    processor = Qwen2VLProcessor(image_processor=Qwen2VLImageProcessorFast(min_pixels=VISION_PIXELS, max_pixels=VISION_PIXELS),
-                                 tokenizer=tokenizer)
+    # the fast processor: upstream hands it the sampler's [-1, 1] tensor, which the slow one's PIL resize refuses
+    image_processor = Qwen2VLImageProcessorFast(min_pixels=VISION_PIXELS, max_pixels=VISION_PIXELS)
+    processor = Qwen2VLProcessor(image_processor=image_processor, tokenizer=tokenizer)
     vae = AutoencoderKLQwenImage(base_dim=4, z_dim=16, dim_mult=[1] * 7, num_res_blocks=0, attn_scales=[],
                                  temperal_downsample=[False] * 6)
     pipeline = QwenImageEditPipeline(scheduler=FlowMatchEulerDiscreteScheduler(shift=3.0), vae=vae,
