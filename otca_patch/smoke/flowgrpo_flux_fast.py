@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .flowgrpo_family import ACCELERATE_DDP, FlowSizes, FlowTrainer
+from .flowgrpo import ACCELERATE_DDP, FlowSizes, FlowTrainer
 from .tiny_flux import build_tiny_flux
 
 

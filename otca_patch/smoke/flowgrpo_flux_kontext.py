@@ -6,13 +6,14 @@ per input image, so upstream's groups (prompt and image path) are the prompts' g
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from .flowgrpo_family import ACCELERATE_DDP, FlowSizes, FlowTrainer
-from .flowgrpo_sd3 import PROMPTS, _write_once
+from ..files import atomic_write_text
+from .flowgrpo import ACCELERATE_DDP, PROMPTS, FlowSizes, FlowTrainer
 from .tiny_flux import build_tiny_flux
 
 
@@ -39,11 +40,13 @@ def write_edit_dataset(folder: Path, resolution: int = 32) -> None:
     for index, prompt in enumerate(PROMPTS):
         colour = np.array([(60 * index) % 256, (120 + 50 * index) % 256, (200 - 40 * index) % 256], dtype=np.uint8)
         path = folder / "images" / f"input_{index}.png"
-        if not path.is_file():
-            Image.fromarray(np.broadcast_to(colour, (resolution, resolution, 3)).copy()).save(path)
+        if not path.is_file():  # written whole, then moved: the other process may read it at once
+            partial = path.with_name(f"{path.stem}.{os.getpid()}.partial.png")
+            Image.fromarray(np.broadcast_to(colour, (resolution, resolution, 3)).copy()).save(partial)
+            os.replace(partial, path)
         lines.append(json.dumps({"prompt": prompt, "image": f"images/input_{index}.png"}))
-    _write_once(folder / "train_metadata.jsonl", "\n".join(lines) + "\n")
-    _write_once(folder / "test_metadata.jsonl", "\n".join(lines[:2]) + "\n")
+    atomic_write_text(folder / "train_metadata.jsonl", "\n".join(lines) + "\n")
+    atomic_write_text(folder / "test_metadata.jsonl", "\n".join(lines[:2]) + "\n")
 
 
 TRAINER = FlowTrainer("scripts/train_flux_kontext.py", "train_flux_kontext", build_tiny_kontext,

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from .environment import smoke_device
-from .flowgrpo_family import FlowSizes, FlowTrainer, FsdpProbe
+from .flowgrpo import FlowSizes, FlowTrainer, FsdpProbe
 from .tiny_qwenimage import build_tiny_qwenimage
 
 

@@ -1,13 +1,12 @@
 """Run FlowGRPO's real ``scripts/train_sd3_fast.py`` ``main()`` on the CPU with a tiny SD3: an SDE
 window of ``sde_window_size`` steps at a random start in ``[0, sde_window_end)`` of ``num_steps``
-(the family's smoke base, ``flowgrpo.py``, does the run)."""
+(the FlowGRPO smoke base, ``flowgrpo.py``, does the run)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import partial
 
 from . import flowgrpo
-from .tiny_sd3 import build_tiny_sd3
+from .flowgrpo_sd3 import SD3
 
 
 @dataclass
@@ -23,6 +22,6 @@ def overrides(sizes: Sizes) -> dict:
             "sample.sde_type": sizes.sde_type}
 
 
-TRAINER = flowgrpo.FlowTrainer("scripts/train_sd3_fast.py", "flowgrpo_train_sd3_fast", build_tiny_sd3,
+TRAINER = flowgrpo.FlowTrainer("scripts/train_sd3_fast.py", "train_sd3_fast", **SD3,
                                overrides=overrides)
-run = partial(flowgrpo.run, TRAINER)
+run = TRAINER.run

@@ -1,13 +1,12 @@
 """Run FlowGRPO's real ``scripts/train_sd3_GRPO_Guard.py`` ``main()`` on the CPU with a tiny SD3,
 with upstream's GRPO-Guard ratio on (``config.rationorm``, as its ``config/grpo_guard.py`` sets)
-(the family's smoke base, ``flowgrpo.py``, does the run)."""
+(the FlowGRPO smoke base, ``flowgrpo.py``, does the run)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import partial
 
 from . import flowgrpo
-from .tiny_sd3 import build_tiny_sd3
+from .flowgrpo_sd3 import SD3
 
 
 @dataclass
@@ -20,6 +19,6 @@ def overrides(sizes: Sizes) -> dict:
     return {"rationorm": bool(sizes.rationorm), "run_project": "otca-smoke"}
 
 
-TRAINER = flowgrpo.FlowTrainer("scripts/train_sd3_GRPO_Guard.py", "flowgrpo_train_sd3_guard", build_tiny_sd3,
+TRAINER = flowgrpo.FlowTrainer("scripts/train_sd3_GRPO_Guard.py", "train_sd3_guard", **SD3,
                                overrides=overrides, starts_wandb=False)
-run = partial(flowgrpo.run, TRAINER)
+run = TRAINER.run

@@ -5,6 +5,12 @@ transformer and 8x VAE of the DanceGRPO Qwen-Image smoke, a one-layer Qwen2.5-VL
 byte-level Qwen2 tokenizer with Qwen's chat tokens (every byte a token: the pipeline's prompt
 template is longer than its 34 dropped tokens, and any prompt decodes back to itself).
 
+``build_tiny_qwenimage_edit`` writes the ``QwenImageEditPipeline`` layout: the same text encoder
+with the vision tokens its template uses (the vision tower reads the input image), a Qwen2-VL
+processor that resizes any image to 56 x 56 (4 vision tokens), and a VAE of 64x downsampling
+(``vae_scale_factor`` is ``2 ** len(temperal_downsample)``), so the 1024 x 1024 condition image
+upstream hard-codes (``calculate_dimensions(1024 * 1024, 1)``) is 8 x 8 packed latents.
+
 Needs a transformers release with Qwen2.5-VL (4.49 or later).
 """
 from __future__ import annotations
@@ -15,12 +21,17 @@ import torch
 
 #: Qwen's chat tokens (the pipeline's prompt template uses the first two)
 SPECIAL_TOKENS = ("<|im_start|>", "<|im_end|>", "<|endoftext|>")
+#: the vision tokens of the edit pipeline's template (the processor expands the image pad)
+VISION_TOKENS = ("<|vision_start|>", "<|image_pad|>", "<|vision_end|>")
+#: the edit processor's image size: 2 x 2 merged patches of 14 (smart_resize keeps it in [min, max])
+VISION_PIXELS = 56 * 56
 TEXT_WIDTH = 32
 
 
-def byte_level_tokenizer(folder: Path):
+def byte_level_tokenizer(folder: Path, extra_tokens: tuple = ()):
     """A (slow) ``Qwen2Tokenizer``, as Qwen-Image ships, over the 256 byte-level symbols with no merges
-    and ``SPECIAL_TOKENS``; its vocab.json / merges.txt are written under ``folder / "_bpe"``."""
+    and ``SPECIAL_TOKENS`` (plus ``extra_tokens``); its vocab.json / merges.txt are written under
+    ``folder / "_bpe"``."""
     import json
 
     from tokenizers.pre_tokenizers import ByteLevel
@@ -34,14 +45,31 @@ def byte_level_tokenizer(folder: Path):
     tokenizer = Qwen2Tokenizer(vocab_file=str(files / "vocab.json"), merges_file=str(files / "merges.txt"),
                                unk_token="<|endoftext|>", bos_token=None, eos_token="<|endoftext|>",
                                pad_token="<|endoftext|>")
-    tokenizer.add_special_tokens({"additional_special_tokens": list(SPECIAL_TOKENS[:2])})
+    tokenizer.add_special_tokens({"additional_special_tokens": [*SPECIAL_TOKENS[:2], *extra_tokens]})
     return tokenizer
+
+
+def tiny_text_encoder(tokenizer):
+    """A one-layer Qwen2.5-VL (a one-block vision tower), its vision token ids the tokenizer's when it has them."""
+    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+
+    tokens = {"image_token_id": VISION_TOKENS[1], "video_token_id": "<|video_pad|>", "vision_start_token_id": VISION_TOKENS[0]}
+    vocab = tokenizer.get_vocab()
+    ids = {name: vocab[token] if token in vocab else len(tokenizer) + offset  # else ids past the vocabulary
+           for offset, (name, token) in enumerate(tokens.items(), start=1)}
+    config = Qwen2_5_VLConfig(
+        vocab_size=len(tokenizer) + 8, hidden_size=TEXT_WIDTH, intermediate_size=37, num_hidden_layers=1,
+        num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=2048,
+        rope_scaling={"type": "mrope", "mrope_section": [2, 3, 3]},
+        vision_config={"depth": 1, "hidden_size": 16, "intermediate_size": 16, "num_heads": 2,
+                       "out_hidden_size": TEXT_WIDTH, "fullatt_block_indexes": [0]},
+        pad_token_id=tokenizer.pad_token_id, **ids)
+    return Qwen2_5_VLForConditionalGeneration(config)
 
 
 def build_tiny_qwenimage(folder: str | Path, seed: int = 0) -> Path:
     """Write the pipeline folder (an existing complete folder is reused)."""
     from diffusers import FlowMatchEulerDiscreteScheduler, QwenImagePipeline
-    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
 
     from .dancegrpo_qwenimage import tiny_transformer, tiny_vae
 
@@ -50,16 +78,32 @@ def build_tiny_qwenimage(folder: str | Path, seed: int = 0) -> Path:
         return folder
     torch.manual_seed(seed)
     tokenizer = byte_level_tokenizer(folder)
-    config = Qwen2_5_VLConfig(
-        vocab_size=len(tokenizer) + 8, hidden_size=TEXT_WIDTH, intermediate_size=37, num_hidden_layers=1,
-        num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=2048,
-        rope_scaling={"type": "mrope", "mrope_section": [2, 3, 3]},
-        vision_config={"depth": 1, "hidden_size": 16, "intermediate_size": 16, "num_heads": 2,
-                       "out_hidden_size": TEXT_WIDTH, "fullatt_block_indexes": [0]},
-        pad_token_id=tokenizer.pad_token_id, image_token_id=len(tokenizer) + 1, video_token_id=len(tokenizer) + 2,
-        vision_start_token_id=len(tokenizer) + 3)
-    text_encoder = Qwen2_5_VLForConditionalGeneration(config)
+    text_encoder = tiny_text_encoder(tokenizer)  # initialised first: the weights of earlier runs
     pipeline = QwenImagePipeline(scheduler=FlowMatchEulerDiscreteScheduler(shift=3.0), vae=tiny_vae(),
                                  text_encoder=text_encoder, tokenizer=tokenizer, transformer=tiny_transformer())
+    pipeline.save_pretrained(str(folder), safe_serialization=True)
+    return folder
+
+
+def build_tiny_qwenimage_edit(folder: str | Path, seed: int = 0) -> Path:
+    """Write the edit pipeline folder (see the module docstring; an existing complete folder is reused)."""
+    from diffusers import AutoencoderKLQwenImage, FlowMatchEulerDiscreteScheduler, QwenImageEditPipeline
+    from transformers import Qwen2VLImageProcessorFast, Qwen2VLProcessor
+
+    from .dancegrpo_qwenimage import tiny_transformer
+
+    folder = Path(folder)
+    if (folder / "model_index.json").is_file():
+        return folder
+    torch.manual_seed(seed)
+    tokenizer = byte_level_tokenizer(folder, VISION_TOKENS)
+    # the fast processor: upstream hands it the sampler's [-1, 1] tensor, which the slow one's PIL resize refuses
+    image_processor = Qwen2VLImageProcessorFast(min_pixels=VISION_PIXELS, max_pixels=VISION_PIXELS)
+    processor = Qwen2VLProcessor(image_processor=image_processor, tokenizer=tokenizer)
+    vae = AutoencoderKLQwenImage(base_dim=4, z_dim=16, dim_mult=[1] * 7, num_res_blocks=0, attn_scales=[],
+                                 temperal_downsample=[False] * 6)
+    pipeline = QwenImageEditPipeline(scheduler=FlowMatchEulerDiscreteScheduler(shift=3.0), vae=vae,
+                                     text_encoder=tiny_text_encoder(tokenizer), tokenizer=tokenizer,
+                                     processor=processor, transformer=tiny_transformer())
     pipeline.save_pretrained(str(folder), safe_serialization=True)
     return folder

@@ -1,11 +1,13 @@
-"""FlowGRPO ``scripts/train_qwenimage.py`` (9745241) — the runtime behind ``patches/flowgrpo/train_qwenimage.toml``.
+"""FlowGRPO ``scripts/train_qwenimage.py`` and ``scripts/train_qwenimage_edit.py`` (9745241) — the
+runtime behind ``patches/flowgrpo/_qwenimage.toml`` (their skeleton).
 
 Qwen-Image trains an SDE window as FLUX-Fast does (``flowgrpo_window``: the whole trajectory is
 recorded, each batch's window located in it, column ``j`` gets the credit of step ``start + j``),
-with two differences the layer sees: no ``Accelerator`` (``main`` starts its own process group with
+with one difference the layer sees: no ``Accelerator`` (``main`` starts its own process group with
 ``fsdp_utils.init_distributed``, under ``torchrun``, and wraps the transformer and the text encoder
-in torch FSDP), so the objectives bind on ``main``'s ``device``; and the sampler seeds Python's RNG
-with ``process_index`` (0 here) before it draws the window, so the window is the same every call.
+in torch FSDP), so the objectives bind on ``main``'s ``device``. The sampler seeds Python's RNG with
+its ``process_index`` before it draws the window (0 in Qwen-Image: the same window every call; the
+rank in Qwen-Image-Edit: a window per process); each batch's window is located where it lies.
 The gather of the layer's small tensors runs on the default process group: the one upstream built.
 """
 from __future__ import annotations

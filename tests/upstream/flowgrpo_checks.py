@@ -27,7 +27,7 @@ def tensor(record, key, dtype=None):
 
 def sampling_calls(run, rank, num_steps):
     """The probe's sampling calls of ``rank``, one per epoch (eval calls take fewer steps)."""
-    calls = torch.load(run.out / f"probe_rank{rank}.pt", weights_only=True)
+    calls = torch.load(run.out / f"terms_rank{rank}.pt", weights_only=True)
     return [call for call in calls if call["timesteps"].numel() == num_steps]
 
 

@@ -12,8 +12,7 @@ from .conftest import REPO
 
 pytestmark = pytest.mark.upstream
 
-#: every GRPO trainer of 9745241 and the target whose spec covers it (issue 28); a trainer whose spec
-#: has not landed yet (docs/flowgrpo-trainers.md) is checked as holding once it is registered
+#: every GRPO trainer of 9745241 and the target whose spec covers it (issue 28)
 GRPO_TRAINERS = {
     "scripts/train_sd3.py": "flowgrpo-sd3",
     "scripts/train_sd3_fast.py": "flowgrpo-sd3-fast",
@@ -27,7 +26,7 @@ GRPO_TRAINERS = {
 }
 #: the targets that must exist today
 REQUIRED = {"flowgrpo-sd3", "flowgrpo-sd3-fast", "flowgrpo-sd3-guard", "flowgrpo-flux", "flowgrpo-flux-fast",
-            "flowgrpo-flux-kontext", "flowgrpo-qwenimage", "flowgrpo-wan2-1"}
+            "flowgrpo-flux-kontext", "flowgrpo-qwenimage", "flowgrpo-qwenimage-edit", "flowgrpo-wan2-1"}
 NOT_GRPO = ("scripts/train_sd3_dpo.py", "scripts/train_sd3_sft.py")
 
 

@@ -33,12 +33,17 @@ def qwen_transformers() -> list:
                       f"neither ${OVERLAY} nor .venv/qwen-transformers holds one (scripts/setup.sh installs it)")
 
 
-class TestFlowGrpoQwenImage(FlowTrainerChecks):
-    target = "flowgrpo-qwenimage"
-    upstream_file = "scripts/train_qwenimage.py"
+class QwenImageChecks(FlowTrainerChecks):
+    """The Qwen-Image trainers (Qwen-Image, Qwen-Image-Edit): torchrun, an SDE window of 2, a Qwen2.5-VL transformers."""
+
     launcher = "torchrun"
-    model_env = "OTCA_TINY_QWENIMAGE_DIR"
     window = 2
 
     def python_path(self) -> list:
         return qwen_transformers()
+
+
+class TestFlowGrpoQwenImage(QwenImageChecks):
+    target = "flowgrpo-qwenimage"
+    upstream_file = "scripts/train_qwenimage.py"
+    model_env = "OTCA_TINY_QWENIMAGE_DIR"

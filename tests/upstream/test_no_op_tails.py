@@ -107,6 +107,17 @@ SPEC_TAILS = {
                                          "advantages.reshape(world_size, -1, advantages.shape[-1]).contiguous()[rank]")],
         "per_step_advantages": [("            .to(device)\n        )\n", "            .to(device)\n        ).clone()\n")],
     },
+    "flowgrpo-qwenimage-edit": {
+        "trained_latents_column": [('latent_model_input = sample["latents"][:, j]',
+                                    'latent_model_input = sample["latents"].detach()[:, j]')],
+        "collect_rollout": [("executor.submit(reward_fn, images, prompts, prompt_metadata, ref_images, only_strict=True)",
+                             "executor.submit(reward_fn, images.detach(), prompts, prompt_metadata, ref_images, only_strict=True)")],
+        "window_states_stacked": [('latents = torch.stack(collected_data["all_latents"], dim=1)',
+                                   'latents = torch.stack(collected_data["all_latents"], dim=1).clone()')],
+        "advantages_split_rank_major": [("advantages.reshape(world_size, -1, advantages.shape[-1])[rank]",
+                                         "advantages.reshape(world_size, -1, advantages.shape[-1]).contiguous()[rank]")],
+        "per_step_advantages": [("            .to(device)\n        )\n", "            .to(device)\n        ).clone()\n")],
+    },
     "flowgrpo-sd3-guard": {
         "trained_prev_sample_mean_column": [('sample["prev_sample_mean"][:, j]', 'sample["prev_sample_mean"].clone()[:, j]')],
     },
