@@ -28,7 +28,7 @@ from typing import Callable
 
 from ..config import OtcaConfig
 from ..files import atomic_write_text
-from .environment import smoke_device
+from .environment import accelerate_as_on_gpus, smoke_device
 from .sizes import IMAGE_PROMPTS, SmokeSizes
 
 PROMPTS = IMAGE_PROMPTS
@@ -185,6 +185,7 @@ def run(trainer: FlowTrainer, upstream_dir: Path, out_dir: Path, config: OtcaCon
     if missing:
         raise SystemExit(f"smoke: FlowGRPO's trainer imports {', '.join(missing)}, which this environment lacks: "
                          f"pip install 'otca-patch[flowgrpo]'")
+    accelerate_as_on_gpus()
     os.environ.setdefault("WANDB_MODE", "disabled")
     upstream_dir, out_dir = upstream_dir.resolve(), out_dir.resolve()
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -25,6 +25,7 @@ import torch
 from ..config import OtcaConfig
 from .flowgrpo_sd3 import PROMPTS, UPSTREAM_EXTRA, TrainingProbe, _write_once, config_overrides
 from .flowgrpo_sd3 import Sizes as Sd3Sizes
+from .environment import accelerate_as_on_gpus, decode_float_ids_as_transformers_4
 from .flowgrpo import tiny_model
 from .harness import load_upstream
 
@@ -136,6 +137,8 @@ class FlowTrainer:
             raise SystemExit(f"smoke: FlowGRPO's trainer imports {', '.join(missing)}, which this environment "
                              f"lacks: pip install 'otca-patch[flowgrpo]'")
         self.check_launch()
+        accelerate_as_on_gpus()
+        decode_float_ids_as_transformers_4()
         os.environ.setdefault("WANDB_MODE", "disabled")
         upstream_dir, out_dir = upstream_dir.resolve(), out_dir.resolve()
         out_dir.mkdir(parents=True, exist_ok=True)
