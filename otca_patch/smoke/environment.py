@@ -174,7 +174,7 @@ def decode_float_ids_as_transformers_4() -> None:
     def decode(self, token_ids, *args, **kwargs):
         return native(self, whole(token_ids), *args, **kwargs)
 
-    decode.smoke_whole_float_ids = True
+    decode.smoke_whole_float_ids, decode.__wrapped__ = True, native
     PreTrainedTokenizerBase.decode = decode
 
 
