@@ -205,6 +205,8 @@ report_done() {  # print, in order, the lines of the runs that have finished
     printed=$((printed + 1))
   done
 }
+# the runs of 2+ processes first (the longest): the last wave is short
+[ "${#runs[@]}" -gt 0 ] && mapfile -t runs < <(printf '%s\n' "${runs[@]}" | awk '{print ($3 > 1 ? 0 : 1), $0}' | sort -s -k1,1n | cut -d' ' -f2-)
 for entry in "${runs[@]}"; do
   while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n; report_done; done
   one_run $entry &
