@@ -182,18 +182,7 @@ one_run() {  # TARGET UPSTREAM_NAME WORLD LAUNCHER -> one PASS/FAIL line in $wor
 mkdir -p "$work/runs"
 runs=()
 not_run=()
-# targets whose smoke is known not to run in the GPU machine's stack: said on their own line, never run
-# as a pass (docs/gpu-check.md, "Known gaps")
-declare -A known_gaps=(
-  [flowgrpo-qwenimage]="its tiny Qwen2.5-VL text encoder's prompt comes out empty under transformers 5 (diffusers' template drops the first 34 tokens); proved in the dev and FlowGRPO environments (transformers 4.49-4.51) instead"
-  [flowgrpo-flux]="accelerate 1.15 does not wrap the CPU stand-in in DDP, and upstream's loop reads transformer.module; proved on 2 CPU processes in the dev and FlowGRPO environments (accelerate 1.0-1.4) instead"
-  [flowgrpo-flux-fast]="as flowgrpo-flux"
-  [flowgrpo-flux-kontext]="as flowgrpo-flux, and the tiny CLIP tokenizer's max length breaks under transformers 5; proved in the FlowGRPO environment with the diffusers overlay instead"
-)
 while read -r target name least launcher; do
-  if [ -n "${known_gaps[$target]:-}" ]; then
-    not_run+=("NOT RUN $(printf '%-26s' "$target") known gap: ${known_gaps[$target]}"); continue
-  fi
   ran=0
   for world in "${worlds[@]}"; do
     [ "$world" -ge "$least" ] && runs+=("$target $name $world $launcher") && ran=1
@@ -216,6 +205,8 @@ report_done() {  # print, in order, the lines of the runs that have finished
     printed=$((printed + 1))
   done
 }
+# the runs of 2+ processes first (the longest): the last wave is short
+[ "${#runs[@]}" -gt 0 ] && mapfile -t runs < <(printf '%s\n' "${runs[@]}" | awk '{print ($3 > 1 ? 0 : 1), $0}' | sort -s -k1,1n | cut -d' ' -f2-)
 for entry in "${runs[@]}"; do
   while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n; report_done; done
   one_run $entry &
@@ -250,7 +241,7 @@ if [ -n "${OTCA_GPU_CHECK_KEEP:-}" ]; then  # one file (the GPU call brings back
     && say "logs, run logs and bench figures: $OTCA_GPU_CHECK_KEEP/gpu_check_logs.tar.gz"
 fi
 [ "$rehearse" = 1 ] && say "$payload_size"
-say "$( [ "$failed" = 0 ] && echo "every run PASSED" || echo "FAILED" ) in $(( $(date +%s) - started )) s" \
+say "$( [ "$failed" = 0 ] && echo "every run PASSED" || echo "FAILED" )$( [ "${#not_run[@]}" -gt 0 ] && echo " (${#not_run[@]} target(s) NOT RUN, above)" ) in $(( $(date +%s) - started )) s" \
     "(wall time, $( [ "$rehearse" = 1 ] && echo "rehearsal on the CPU" || echo "on the GPU" )); logs in $work"
 return $failed
 }

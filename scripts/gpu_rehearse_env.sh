@@ -5,6 +5,7 @@
 # (envs/gpu-machine.txt) are removed from it.
 #   OTCA_ENV_CACHE (default ~/.cache/otca-envs) holds it as gpu-rehearse-<key>, key = hash of the pins
 #   file and the interpreter's version; OTCA_PYTHON312 picks the interpreter (default: pyenv's 3.12).
+#   --cached: print the interpreter only if the environment is built already (else exit 5; nothing is built).
 set -euo pipefail
 main() {
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -21,6 +22,9 @@ cache="${OTCA_ENV_CACHE:-$HOME/.cache/otca-envs}"
 key="$( (grep -v '^#' "$pins"; "$python312" --version) | sha256sum | cut -c1-16)"
 env="$cache/gpu-rehearse-$key"
 log="$env.build.log"
+if [ "${1:-}" = --cached ]; then
+  [ -f "$env/.otca-env-built" ] || { say "not built yet: $env"; exit 5; }
+fi
 mkdir -p "$cache"
 exec 9>"$env.lock"
 flock 9  # one build at a time: a second caller waits for the first, then reuses what it built

@@ -102,8 +102,7 @@ def _save_clip_processor(root: Path, folder: Path) -> None:
     """CLIP's tokenizer (fast, ``tokenizer.json``, as the published folders ship it) and image processor."""
     from transformers import CLIPImageProcessor, CLIPProcessor, CLIPTokenizerFast
 
-    vocab, merges = _clip_bpe_files(root / "clip-bpe")
-    tokenizer = CLIPTokenizerFast(vocab_file=str(vocab), merges_file=str(merges), pad_token="<|endoftext|>")
+    tokenizer = clip_bpe_tokenizer(CLIPTokenizerFast, root / "clip-bpe")
     image_processor = CLIPImageProcessor(size={"shortest_edge": TINY_IMAGE_SIZE},
                                          crop_size={"height": TINY_IMAGE_SIZE, "width": TINY_IMAGE_SIZE})
     CLIPProcessor(image_processor=image_processor, tokenizer=tokenizer).save_pretrained(str(folder))
@@ -189,6 +188,16 @@ def _clip_bpe_files(folder: Path) -> Tuple[Path, Path]:
     write_whole(vocab, json.dumps({t: i for i, t in enumerate(tokens)}))
     write_whole(merges_file, "#version: 0.2\n" + "\n".join(merges) + "\n")
     return vocab, merges_file
+
+
+def clip_bpe_tokenizer(tokenizer_class, folder: Path):
+    """A ``tokenizer_class`` (CLIPTokenizer or CLIPTokenizerFast) over the BPE files ``_clip_bpe_files``
+    writes in ``folder``, read by ``from_pretrained``: the one way transformers 4 and 5 build the same
+    vocabulary (4 takes ``vocab_file=``/``merges_file=``; 5 takes ``vocab=``/``merges=`` and, given
+    the file names, builds a 2-token vocabulary that maps every word to <|endoftext|>). Its
+    ``model_max_length`` is 77, as the published CLIP folders ship it."""
+    _clip_bpe_files(folder)
+    return tokenizer_class.from_pretrained(str(folder), pad_token="<|endoftext|>", model_max_length=77)
 
 
 def build_pickscore(root: Union[str, Path], seed: int = 3) -> Tuple[Path, Path]:

@@ -100,6 +100,20 @@ def init_process_group() -> tuple[int, int]:
     return dist.get_rank(), dist.get_world_size()
 
 
+def accelerate_as_on_gpus() -> None:
+    """Make accelerate, on the CPU, choose what it chooses for the same launch on GPUs.
+
+    On N >= 2 GPUs accelerate's state is MULTI_GPU and ``prepare`` wraps the model in DDP (FlowGRPO's
+    FLUX loops read ``transformer.module``) over a real process group. Without CUDA, accelerate up to
+    1.4 fell back to MULTI_CPU (DDP over gloo); 1.15's ``PartialState._prepare_backend`` picks
+    MULTI_CPU only when told the run is on the CPU (``ACCELERATE_USE_CPU``, what ``accelerate launch
+    --cpu`` sets) and otherwise NO: each process a world of one, no DDP, no gradient averaging. So a
+    CPU smoke of 2+ processes says so. A world of one is left alone: on one GPU accelerate does not
+    wrap either (MULTI_CPU would wrap even one process). On a GPU nothing changes."""
+    if smoke_device().type == "cpu" and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        os.environ["ACCELERATE_USE_CPU"] = "true"
+
+
 def average_by_sum_on_gloo() -> None:
     """Let ``dist.all_reduce(op=ReduceOp.AVG)`` work on gloo, in this smoke process only.
 
@@ -129,6 +143,39 @@ def average_by_sum_on_gloo() -> None:
 
     all_reduce.smoke_average_by_sum = True
     dist.all_reduce = all_reduce
+
+
+def decode_float_ids_as_transformers_4() -> None:
+    """Let a tokenizer decode whole-number float ids on transformers 5, in this smoke process only.
+
+    FlowGRPO 9745241's Kontext and Qwen-Image loops decode prompt ids gathered as floats
+    (``gather(prompt_ids).float().cpu().numpy()`` into ``pipeline.tokenizer.batch_decode``). Upstream
+    pins transformers 4.40, whose (slow) CLIP and Qwen2 tokenizers take each id as ``int(id)``;
+    transformers 5 has only tokenizers-backed ones, whose decode rejects a float (``'float' object
+    cannot be interpreted as an integer``), with real weights too. Here a float array or tensor whose
+    values are all whole numbers is decoded as integers, as 4.x did; anything else is passed on as
+    it was. Only the smoke harness installs this (the GPU machine has transformers 5); a training
+    run never does: it runs in upstream's own environment."""
+    import numpy as np
+    import transformers
+    from transformers.tokenization_utils_base import PreTrainedTokenizerBase
+
+    native = PreTrainedTokenizerBase.decode
+    if int(transformers.__version__.split(".")[0]) < 5 or getattr(native, "smoke_whole_float_ids", False):
+        return
+
+    def whole(ids):
+        if isinstance(ids, torch.Tensor) and ids.is_floating_point():
+            ids = ids.detach().cpu().numpy()
+        if isinstance(ids, np.ndarray) and np.issubdtype(ids.dtype, np.floating) and np.array_equal(ids, np.round(ids)):
+            return ids.astype(np.int64)
+        return ids
+
+    def decode(self, token_ids, *args, **kwargs):
+        return native(self, whole(token_ids), *args, **kwargs)
+
+    decode.smoke_whole_float_ids, decode.__wrapped__ = True, native
+    PreTrainedTokenizerBase.decode = decode
 
 
 class cpu_as_current_device:

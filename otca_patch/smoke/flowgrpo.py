@@ -30,7 +30,7 @@ import torch
 
 from ..config import OtcaConfig
 from ..files import atomic_write_text
-from .environment import smoke_device
+from .environment import accelerate_as_on_gpus, decode_float_ids_as_transformers_4, smoke_device
 from .harness import load_upstream
 from .sizes import IMAGE_PROMPTS, SmokeSizes
 
@@ -248,6 +248,8 @@ class FlowTrainer:
             raise SystemExit(f"smoke: FlowGRPO's trainer imports {', '.join(missing)}, which this environment "
                              f"lacks: pip install 'otca-patch[flowgrpo]'")
         self.check_launch()
+        accelerate_as_on_gpus()
+        decode_float_ids_as_transformers_4()
         os.environ.setdefault("WANDB_MODE", "disabled")
         upstream_dir, out_dir = upstream_dir.resolve(), out_dir.resolve()
         out_dir.mkdir(parents=True, exist_ok=True)

@@ -29,9 +29,9 @@ TEXT_WIDTH = 32
 
 
 def byte_level_tokenizer(folder: Path, extra_tokens: tuple = ()):
-    """A (slow) ``Qwen2Tokenizer``, as Qwen-Image ships, over the 256 byte-level symbols with no merges
-    and ``SPECIAL_TOKENS`` (plus ``extra_tokens``); its vocab.json / merges.txt are written under
-    ``folder / "_bpe"``."""
+    """A ``Qwen2Tokenizer``, as Qwen-Image ships (the slow one under transformers 4), over the 256
+    byte-level symbols with no merges and ``SPECIAL_TOKENS`` (plus ``extra_tokens``); its vocab.json /
+    merges.txt are written under ``folder / "_bpe"``."""
     import json
 
     from tokenizers.pre_tokenizers import ByteLevel
@@ -42,9 +42,10 @@ def byte_level_tokenizer(folder: Path, extra_tokens: tuple = ()):
     vocab = {symbol: i for i, symbol in enumerate(sorted(ByteLevel.alphabet()))}
     (files / "vocab.json").write_text(json.dumps(vocab))
     (files / "merges.txt").write_text("#version: 0.2\n")
-    tokenizer = Qwen2Tokenizer(vocab_file=str(files / "vocab.json"), merges_file=str(files / "merges.txt"),
-                               unk_token="<|endoftext|>", bos_token=None, eos_token="<|endoftext|>",
-                               pad_token="<|endoftext|>")
+    # read back by from_pretrained, which transformers 4 and 5 do alike (5's constructor takes vocab=/merges=
+    # and, given file names, builds an empty vocabulary: every byte <|endoftext|>, the prompt gone)
+    tokenizer = Qwen2Tokenizer.from_pretrained(str(files), unk_token="<|endoftext|>", bos_token=None,
+                                               eos_token="<|endoftext|>", pad_token="<|endoftext|>")
     tokenizer.add_special_tokens({"additional_special_tokens": [*SPECIAL_TOKENS[:2], *extra_tokens]})
     return tokenizer
 

@@ -20,11 +20,9 @@ def clip_tokenizer(folder: Path):
     """OpenAI CLIP's tokenizer, its vocab/merges files written under ``folder / "_bpe"``."""
     from transformers import CLIPTokenizer
 
-    from ..rewards.tiny import _clip_bpe_files  # OpenAI CLIP's BPE files, from the copy a package ships
+    from ..rewards.tiny import clip_bpe_tokenizer  # OpenAI CLIP's BPE, from the copy a package ships
 
-    vocab, merges = _clip_bpe_files(Path(folder) / "_bpe")
-    return CLIPTokenizer(vocab_file=str(vocab), merges_file=str(merges), pad_token="<|endoftext|>",
-                         model_max_length=77)
+    return clip_bpe_tokenizer(CLIPTokenizer, Path(folder) / "_bpe")
 
 
 def t5_tokenizer():
