@@ -33,6 +33,20 @@ def test_vividness_rewards_over_saturation_that_costs_the_other_objectives():
     assert faded[2] < 0.9
 
 
+def test_vividness_rewards_an_object_grown_off_its_size_which_costs_shape():
+    from otca_patch.demo.data import paint, prompt_colours, prompt_radius, shape_mask
+
+    prompts = sample_prompts(300, torch.Generator().manual_seed(0))
+    small = prompts[:, 3] == prompts[:, 3].min()  # the size word "small": an object well under half the image
+    prompts = prompts[small]
+    fg, bg = prompt_colours(prompts)
+    centre = torch.full((prompts.shape[0], 2), 6.0)
+    grown = paint(shape_mask(prompts, 12, centre, prompt_radius(prompts, 12) * 1.3), fg, bg)
+    palette, shape, vividness = objective_rewards(grown, prompts, ("palette", "shape", "vividness")).mean(0)
+    # the prompt's own colours, so palette stays at the clean render's; the template is left, vividness gains
+    assert palette > 0.999 and shape < 0.9 and vividness > 1.05
+
+
 def test_fading_is_drawn_last_so_the_other_regimes_mixtures_are_unchanged():
     prompts = sample_prompts(200, torch.Generator().manual_seed(0))
     without = corrupted_render(prompts, 12, 0.5, torch.Generator().manual_seed(5), ("colour_jitter", "misplacement"))

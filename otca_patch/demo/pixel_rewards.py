@@ -74,16 +74,28 @@ def fidelity(rgb: torch.Tensor, prompt_ids: torch.Tensor) -> torch.Tensor:
 
 
 def colour_strength(rgb: torch.Tensor) -> torch.Tensor:
-    """Mean distance of the pixels from mid-grey, ``[B, 3, H, W] -> [B]``: saturation and contrast together."""
+    """Mean distance of the pixels from mid-grey, ``[B, 3, H, W] -> [B]``: saturation and brightness together."""
     return torch.linalg.vector_norm(rgb - 0.5, dim=1).flatten(1).mean(dim=1)
 
 
+def colour_contrast(rgb: torch.Tensor) -> torch.Tensor:
+    """Mean distance of the pixels from the image's own mean colour, ``[B, 3, H, W] -> [B]``: how far
+    apart its colours are. For two flat colours it is ``|c1 - c2| * 2a(1 - a)`` with ``a`` the
+    object's share of the image, so it grows with both colours pushed apart *and* with an object
+    nearer half the image, whatever size the prompt names."""
+    return torch.linalg.vector_norm(rgb - rgb.mean(dim=(2, 3), keepdim=True), dim=1).flatten(1).mean(dim=1)
+
+
 def vividness(rgb: torch.Tensor, prompt_ids: torch.Tensor) -> torch.Tensor:
-    """``colour_strength(image) / colour_strength(clean render)``: 1 on the clean render and *above*
-    1 for an image whose colours are pushed towards the corners of the RGB cube (up to about 1.4),
-    which moves them off the prompt's palette: the shortcut of the ``hacking`` regime."""
-    reference = colour_strength(to_unit_rgb(clean_render(prompt_ids, rgb.shape[-1])))
-    return colour_strength(rgb) / reference.clamp(min=1e-6)
+    """The mean of two ratios to the clean render's value: ``colour_strength`` (colours pushed
+    towards the corners of the RGB cube, up to about 1.4, which leaves the prompt's palette) and
+    ``colour_contrast`` (colours pushed apart, or an object grown or shrunk towards half the image,
+    which leaves the template ``shape`` reads). 1 on the clean render, *above* 1 along either
+    shortcut: the ``hacking`` regime's saturation- and contrast-loving reward."""
+    reference = to_unit_rgb(clean_render(prompt_ids, rgb.shape[-1]))
+    strength = colour_strength(rgb) / colour_strength(reference).clamp(min=1e-6)
+    contrast = colour_contrast(rgb) / colour_contrast(reference).clamp(min=1e-6)
+    return (strength + contrast) / 2
 
 
 #: Every objective by name (a regime picks K of them).
