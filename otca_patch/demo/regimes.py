@@ -10,21 +10,25 @@ have a known joint optimum: the prompt's clean render scores exactly 1 on every 
   Every corruption lowers all three objectives together, so a sample that is better on one is
   mostly better on the others, as the paper's rewards (HPS, CLIP score, aesthetic) mostly agree.
 - ``hacking``: objectives ``palette``, ``shape``, ``vividness`` (``pixel_rewards.vividness``: the
-  mean of the image's colour strength and colour contrast, each relative to the clean render's);
-  the base model is pre-trained on colour jitter, misplacement and fading (washed-out colours). Up
-  to the clean render the three rise together; past it ``vividness`` keeps rising along two
-  shortcuts that raise one reward at the others' cost, as HPS and Aesthetic favour over-saturated,
-  high-contrast images: colours pushed towards the corners of the RGB cube (off the prompt's
-  palette, and blurring the object/background distinction ``shape`` reads), and an object grown or
-  shrunk towards half the image (off the size the prompt names, which ``shape`` reads directly).
+  image's chroma, max - min channel, against the clean render's); the base model is pre-trained on
+  colour jitter, misplacement and fading (washed-out colours). ``vividness`` rewards colours pushed
+  towards pure hues, as HPS and Aesthetic favour over-saturated images: its gradient at any colour
+  raises the largest channel and lowers the smallest, which turns the hue (a white or black into a
+  colour) and so leaves the prompt's palette and blurs the object/background distinction ``shape``
+  reads, from the first step. A shortcut that raises one reward at the others' cost.
 
-  *Why contrast was added* (second version of the regime, 2026-12-01 23:35 UTC): with colour
-  strength alone, the regime failed its own condition. At 40 iterations ``sum_raw`` closed palette's
-  gap by -0.039 [-0.175, +0.098] and shape's by -0.018 [-0.105, +0.069] (seeds 0, 1, 2, 4): the first
-  part of the shortcut (un-fading) raises palette and shape with vividness, so only the later,
-  over-saturating part costs them, and within 40 iterations that cost was not separated from 0.
-  The contrast term opens a second shortcut that costs ``shape`` from the start (a small object's
-  contrast grows as it grows, whatever the colours), so the fight no longer waits for saturation.
+  *Why chroma* (third version, 2026-12-02 00:08 UTC). The regime counts only if ``sum_raw`` or
+  ``multi_grpo`` pushes an objective below the base model with its interval below 0.
+  (1) Vividness as the mean distance from mid-grey failed that: at 40 iterations ``sum_raw`` closed
+  palette's gap by -0.039 [-0.175, +0.098] and shape's by -0.018 [-0.105, +0.069] (seeds 0, 1, 2, 4).
+  Its gradient is radial from grey, the exact reverse of fading, so the policy first *un-fades*
+  (palette and shape rise with it) and only past the clean render over-saturates; within 40
+  iterations that late cost was not separated from 0. (2) Adding colour contrast (colour spread
+  over the image, which also rewards an object resized towards half the image) made it later still:
+  ``sum_raw`` seed 0 closed palette's gap by +0.085 at 40 iterations and -0.049 at 60, because
+  contrast rises with un-fading too. Chroma's gradient is not radial, so its cost to palette and
+  shape does not wait for the clean render (gradient ascent on each reward alone from the base
+  mixture's images: palette and shape rise under (1) and (2), fall under chroma).
 
 **Raw scales** (``Regime.raw_scales``, used only by the ``sum_raw`` arm, DanceGRPO's one summed
 scalar of *raw* rewards): the pixel objectives all lie near [0, 1], while the paper's reward models do
