@@ -10,7 +10,7 @@ import json
 import sys
 from pathlib import Path
 
-from otca_patch.demo.ablate import below_base_lines, render_headline
+from otca_patch.demo.ablate import below_base_lines, regime_condition_line, render_headline
 from otca_patch.demo.regimes import REGIMES
 
 
@@ -29,6 +29,7 @@ def main(argv) -> int:
         print(f"\n**{name}** ({len(result['seeds'])} seeds, {result['config']['grpo_steps']} iterations):\n")
         print("\n".join(f"- {row['plain']}" for row in result["decomposition"]))
         print("\n".join(below_base_lines(result)))
+        print(regime_condition_line(result))
     return 0
 
 

@@ -26,7 +26,15 @@ def test_vividness_rewards_over_saturation_that_costs_the_other_objectives():
     assert torch.allclose(clean, torch.ones_like(clean), atol=1e-5)
     # colours pushed towards the RGB cube's corners: vividness past the clean render, palette below it
     saturated = objective_rewards((clean_render(prompts, 12) * 1.6).clamp(-1, 1), prompts, names).mean(0)
-    assert saturated[2] > 1.2 and saturated[0] < 0.95
+    assert saturated[2] > 1.1 and saturated[0] < 0.95
+    # a white object on black turned into pure hues: achromatic prompts gain the most, off their palette
+    grey = torch.full((1, 3, 12, 12), 0.9) * 2 - 1
+    hue = torch.tensor([1.0, 0.0, 0.0]).view(1, 3, 1, 1).expand(1, 3, 12, 12) * 2 - 1
+    white_prompt = prompts[:1].clone()
+    white_prompt[0, 0] = 6  # "white" object, and a "black" background
+    white_prompt[0, 2] = 7
+    rewards = objective_rewards(torch.cat([grey, hue]), white_prompt.expand(2, 4), names)
+    assert rewards[1, 2] > rewards[0, 2] + 0.9 and rewards[1, 0] < rewards[0, 0]
     # washed-out colours (the fading corruption) are below the clean render on vividness
     faded = objective_rewards(corrupted_render(prompts, 12, 1.0, torch.Generator().manual_seed(1), ("fading",)),
                               prompts, names).mean(0)
@@ -89,6 +97,24 @@ def test_sum_raw_sums_the_raw_scaled_rewards_and_the_normalised_arms_see_unit_re
     torch.testing.assert_close(windows[1].float(), batch.rewards * scales)
 
 
+def _table(rows):
+    return {mode: {k: mean_interval(v) for k, v in objectives.items()} for mode, objectives in rows.items()}
+
+
+def test_regime_condition_needs_a_baseline_interval_below_zero():
+    hurt = {"objectives": ["palette", "vividness"], "modes": ["sum_raw", "multi_grpo", "otca"],
+            "table": _table({"sum_raw": {"palette": [-0.2, -0.25, -0.3], "vividness": [2.0, 2.1, 2.2]},
+                             "multi_grpo": {"palette": [-0.1, 0.1, 0.0], "vividness": [1.5, 1.6, 1.7]},
+                             "otca": {"palette": [-0.5, -0.6, -0.55], "vividness": [1.5, 1.6, 1.7]}})}
+    assert ablate.regime_condition(hurt) == {"met": True, "hurt": {"sum_raw": ["palette"], "multi_grpo": []}}
+    assert "**yes**" in ablate.regime_condition_line(hurt) and "`sum_raw` lowers palette" in ablate.regime_condition_line(hurt)
+    # OTCA below the base does not count (the condition is on the baselines); a spread that reaches 0 does not either
+    hurt["table"]["sum_raw"]["palette"] = mean_interval([-0.3, 0.1, -0.2])
+    assert ablate.regime_condition(hurt)["met"] is False and "**no**" in ablate.regime_condition_line(hurt)
+    hurt["modes"] = ["otca"]
+    assert ablate.regime_condition(hurt)["met"] is None
+
+
 def _diff(values, threshold):
     return mean_interval(values, threshold=threshold)
 
@@ -132,7 +158,18 @@ def test_tiny_hacking_ablation_has_the_decomposition_with_intervals_and_opens_wi
             # paired by seed, recomputed from the runs themselves
             values = [by[row["to"], s]["gap_closed"][name] - by[row["from"], s]["gap_closed"][name] for s in (0, 1)]
             assert stat["values"] == pytest.approx(values, abs=1e-12)
+    # the regime's condition, recomputed from the runs: the 95% t-interval's upper end (2 seeds: t = 12.706)
+    for mode in ("sum_raw", "multi_grpo"):
+        expected = []
+        for name in result["objectives"]:
+            values = [by[mode, s]["gap_closed"][name] for s in (0, 1)]
+            mean, sd = sum(values) / 2, abs(values[0] - values[1]) / math.sqrt(2)
+            if mean + 12.706 * sd / math.sqrt(2) < 0:
+                expected.append(name)
+        assert result["regime_condition"]["hurt"][mode] == expected
+    assert result["regime_condition"]["met"] == any(result["regime_condition"]["hurt"].values())
     lines = (tmp_path / "ablation.md").read_text().splitlines()
+    assert any(line.startswith("- Objectives fight: **") for line in lines[2:14])
     assert lines[2].startswith("- Multi-GRPO vs DanceGRPO (raw sum): palette ")
     assert any(line.startswith("- OTCA vs DanceGRPO (raw sum): ") for line in lines[2:8])
     assert "| `otca` - `sum_raw` |" in "\n".join(lines) and "| `multi_grpo` - `sum_raw` |" in "\n".join(lines)

@@ -128,6 +128,31 @@ def add_decomposition(result: dict) -> None:
     result["decomposition"] = rows
     result["below_base"] = {m: {k: result["table"][m][k] for k in objectives if result["table"][m][k]["high"] < 0}
                             for m in modes}
+    result["regime_condition"] = regime_condition(result)
+
+
+#: The baselines whose failure makes a regime one where objectives really fight (issue 30).
+FIGHT_BASELINES = ("sum_raw", "multi_grpo")
+
+
+def regime_condition(result: dict) -> dict:
+    """The hacking regime's own condition, stated for every regime: under ``sum_raw`` or ``multi_grpo``
+    some objective's gap closed has its 95% interval below 0. ``{"met": bool|None, "hurt": {mode:
+    [objectives]}}``; ``met`` is None when neither baseline ran."""
+    ran = [m for m in FIGHT_BASELINES if m in result["modes"]]
+    hurt = {m: [k for k in result["objectives"] if result["table"][m][k]["high"] < 0] for m in ran}
+    return {"met": any(hurt.values()) if ran else None, "hurt": hurt}
+
+
+def regime_condition_line(result: dict) -> str:
+    condition = result.get("regime_condition") or regime_condition(result)
+    if condition["met"] is None:
+        return "- Objectives fight: not tested (neither `sum_raw` nor `multi_grpo` ran)."
+    hurt = "; ".join(f"`{m}` lowers {', '.join(ks)}" for m, ks in condition["hurt"].items() if ks)
+    return ("- Objectives fight: **yes**, a baseline pushes an objective below the base model (" + hurt + ")."
+            if condition["met"] else
+            "- Objectives fight: **no**, neither `sum_raw` nor `multi_grpo` pushes any objective below the base model "
+            "with its interval below 0 (the hacking regime's condition is not met).")
 
 
 def add_peer_comparisons(result: dict, candidate: str = "otca") -> None:
@@ -245,6 +270,7 @@ def render_markdown(result: dict, command: str) -> str:
         "",
         *plain,
         *hurt,
+        regime_condition_line(result),
         *([f"- Gradient-conflict share (updates where some objective's own gradient opposes the applied update): "
            + ", ".join(conflict) + "."] if conflict else []),
         "",

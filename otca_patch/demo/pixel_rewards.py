@@ -73,17 +73,20 @@ def fidelity(rgb: torch.Tensor, prompt_ids: torch.Tensor) -> torch.Tensor:
     return 1 - torch.linalg.vector_norm(rgb - clean, dim=1).flatten(1).mean(dim=1) / math.sqrt(3)
 
 
-def colour_strength(rgb: torch.Tensor) -> torch.Tensor:
-    """Mean distance of the pixels from mid-grey, ``[B, 3, H, W] -> [B]``: saturation and contrast together."""
-    return torch.linalg.vector_norm(rgb - 0.5, dim=1).flatten(1).mean(dim=1)
+def chroma(rgb: torch.Tensor) -> torch.Tensor:
+    """Mean over the pixels of ``max - min`` of the three channels (HSV's saturation times value),
+    ``[B, 3, H, W] -> [B]``: 0 for greys, 1 for the six pure hues."""
+    return (rgb.max(dim=1).values - rgb.min(dim=1).values).flatten(1).mean(dim=1)
 
 
 def vividness(rgb: torch.Tensor, prompt_ids: torch.Tensor) -> torch.Tensor:
-    """``colour_strength(image) / colour_strength(clean render)``: 1 on the clean render and *above*
-    1 for an image whose colours are pushed towards the corners of the RGB cube (up to about 1.4),
-    which moves them off the prompt's palette: the shortcut of the ``hacking`` regime."""
-    reference = colour_strength(to_unit_rgb(clean_render(prompt_ids, rgb.shape[-1])))
-    return colour_strength(rgb) / reference.clamp(min=1e-6)
+    """``1 + chroma(image) - chroma(clean render)``: 1 on the clean render, below it for washed-out
+    colours, and *above* it (up to about 1.9) for colours pushed towards pure hues. Its gradient at
+    any colour raises the largest channel and lowers the smallest, which turns the hue (and a white
+    or black into a colour): off the prompt's palette from the first step, and blurring the
+    object/background distinction ``shape`` reads. The ``hacking`` regime's saturation-loving reward."""
+    reference = to_unit_rgb(clean_render(prompt_ids, rgb.shape[-1]))
+    return 1 + chroma(rgb) - chroma(reference)
 
 
 #: Every objective by name (a regime picks K of them).

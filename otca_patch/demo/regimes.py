@@ -9,13 +9,26 @@ have a known joint optimum: the prompt's clean render scores exactly 1 on every 
   clean render); the base model is pre-trained on colour jitter and misplacement only (no blur).
   Every corruption lowers all three objectives together, so a sample that is better on one is
   mostly better on the others, as the paper's rewards (HPS, CLIP score, aesthetic) mostly agree.
-- ``hacking``: objectives ``palette``, ``shape``, ``vividness`` (colour strength relative to the clean
-  render's, ``pixel_rewards.vividness``); the base model is pre-trained on colour jitter,
-  misplacement and fading (washed-out colours). Up to the clean render the three rise together;
-  past it ``vividness`` keeps rising (to about 1.4) for colours pushed towards the corners of the RGB
-  cube, which leaves the prompt's palette and blurs the object/background contrast that ``shape``
-  reads: a shortcut that raises one reward at the others' cost, as HPS and Aesthetic favour
-  over-saturated images.
+- ``hacking``: objectives ``palette``, ``shape``, ``vividness`` (``pixel_rewards.vividness``: the
+  image's chroma, max - min channel, against the clean render's); the base model is pre-trained on
+  colour jitter, misplacement and fading (washed-out colours). ``vividness`` rewards colours pushed
+  towards pure hues, as HPS and Aesthetic favour over-saturated images: its gradient at any colour
+  raises the largest channel and lowers the smallest, which turns the hue (a white or black into a
+  colour) and so leaves the prompt's palette and blurs the object/background distinction ``shape``
+  reads, from the first step. A shortcut that raises one reward at the others' cost.
+
+  *Why chroma* (third version, 2026-12-02 00:08 UTC). The regime counts only if ``sum_raw`` or
+  ``multi_grpo`` pushes an objective below the base model with its interval below 0.
+  (1) Vividness as the mean distance from mid-grey failed that: at 40 iterations ``sum_raw`` closed
+  palette's gap by -0.039 [-0.175, +0.098] and shape's by -0.018 [-0.105, +0.069] (seeds 0, 1, 2, 4).
+  Its gradient is radial from grey, the exact reverse of fading, so the policy first *un-fades*
+  (palette and shape rise with it) and only past the clean render over-saturates; within 40
+  iterations that late cost was not separated from 0. (2) Adding colour contrast (colour spread
+  over the image, which also rewards an object resized towards half the image) made it later still:
+  ``sum_raw`` seed 0 closed palette's gap by +0.085 at 40 iterations and -0.049 at 60, because
+  contrast rises with un-fading too. Chroma's gradient is not radial, so its cost to palette and
+  shape does not wait for the clean render (gradient ascent on each reward alone from the base
+  mixture's images: palette and shape rise under (1) and (2), fall under chroma).
 
 **Raw scales** (``Regime.raw_scales``, used only by the ``sum_raw`` arm, DanceGRPO's one summed
 scalar of *raw* rewards): the pixel objectives all lie near [0, 1], while the paper's reward models do
