@@ -181,3 +181,18 @@ def test_a_trainer_that_raises_under_the_layer_is_relayed_with_its_exception(tmp
     assert done.returncode != 0
     assert done.stderr.strip().splitlines()[-1].endswith(
         "ValueError: credit: 3 of 8 advantages are not finite"), done.stderr[-2000:]
+
+
+@pytest.mark.parametrize("program, expected", [
+    ("accelerate-not-installed", "accelerate-not-installed: command not found on PATH; activate the training "
+                                  "environment that provides it (or give its full path)"),
+    ("./no-such-launcher", "./no-such-launcher: no such file"),
+])
+@pytest.mark.parametrize("flags", [["--otca"], []])
+def test_a_command_that_cannot_start_is_refused_in_one_line(synthetic, program, expected, flags):
+    """A launcher missing from the launch's environment (the trainer's env not activated) is said in one
+    line before anything runs, with or without the layer, not as a traceback of the wrapper."""
+    upstream, env = synthetic
+    done = wrapper(upstream, env, *flags, "--", program, "launch", "trainer/train.py")
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert error_lines(done.stderr) == [f"otca-patch launch: error: {expected}"], done.stderr

@@ -25,6 +25,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -351,6 +352,17 @@ def misspelled_flag(tokens: list[str]) -> str | None:
     return None
 
 
+def cannot_start(program: str, env: dict) -> str | None:
+    """Why the launch's program cannot be started (not found on the launch's PATH, or not executable),
+    said before anything runs rather than as a traceback; None when it can."""
+    if shutil.which(program, path=env.get("PATH", os.defpath)):
+        return None
+    if os.sep in program:
+        return f"{program}: {'not executable' if os.path.exists(program) else 'no such file'}"
+    return (f"{program}: command not found on PATH; activate the training environment that provides it "
+            f"(or give its full path)")
+
+
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
@@ -389,6 +401,9 @@ def main(argv=None) -> int:
                          f"`export {ENV_ARGS}={shlex.quote(shlex.join(config.to_argv()))} PYTHONPATH={STARTUP_DIR}:$PYTHONPATH` "
                          f"into its remote command")
     env = dict(os.environ)
+    unstartable = cannot_start(command[0], env)
+    if unstartable:
+        return error(unstartable)
     if not config.active:
         print(f"{PROG}: no --otca / --otca_observe: running the upstream script untouched", file=sys.stderr)
         for variable in (ENV_ARGS, ENV_TARGETS, ENV_SHAPES, RECORD_VARIABLE, COMMAND_VARIABLE):
