@@ -86,6 +86,18 @@ def build_tiny_qwenimage(folder: str | Path, seed: int = 0) -> Path:
     return folder
 
 
+def video_processor(processor_class) -> dict:
+    """The processor's ``video_processor`` where its class requires one (transformers >= 4.52; 4.x before
+    it has none): the edit pipeline never passes videos, so it only has to exist, at the vision size."""
+    import inspect
+
+    if "video_processor" not in inspect.signature(processor_class.__init__).parameters:
+        return {}
+    from transformers import Qwen2VLVideoProcessor
+
+    return {"video_processor": Qwen2VLVideoProcessor(min_pixels=VISION_PIXELS, max_pixels=VISION_PIXELS)}
+
+
 def build_tiny_qwenimage_edit(folder: str | Path, seed: int = 0) -> Path:
     """Write the edit pipeline folder (see the module docstring; an existing complete folder is reused)."""
     from diffusers import AutoencoderKLQwenImage, FlowMatchEulerDiscreteScheduler, QwenImageEditPipeline
@@ -100,7 +112,7 @@ def build_tiny_qwenimage_edit(folder: str | Path, seed: int = 0) -> Path:
     tokenizer = byte_level_tokenizer(folder, VISION_TOKENS)
     # the fast processor: upstream hands it the sampler's [-1, 1] tensor, which the slow one's PIL resize refuses
     image_processor = Qwen2VLImageProcessorFast(min_pixels=VISION_PIXELS, max_pixels=VISION_PIXELS)
-    processor = Qwen2VLProcessor(image_processor=image_processor, tokenizer=tokenizer)
+    processor = Qwen2VLProcessor(image_processor=image_processor, tokenizer=tokenizer, **video_processor(Qwen2VLProcessor))
     vae = AutoencoderKLQwenImage(base_dim=4, z_dim=16, dim_mult=[1] * 7, num_res_blocks=0, attn_scales=[],
                                  temperal_downsample=[False] * 6)
     pipeline = QwenImageEditPipeline(scheduler=FlowMatchEulerDiscreteScheduler(shift=3.0), vae=vae,
