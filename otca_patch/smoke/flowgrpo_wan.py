@@ -1,7 +1,7 @@
 """Run FlowGRPO's real ``scripts/train_wan2_1.py`` ``main()`` (9745241) on the CPU with a tiny Wan2.1
 (``tiny_wan``: diffusers' ``WanPipeline`` layout, random weights), a few frames, under ``accelerate
 launch`` (gloo) on one process as upstream's README launches it, or more. Shared mechanics:
-``flowgrpo_family``.
+``flowgrpo``.
 
 Upstream's reward is ``multi_score`` with the config's ``video_ocr`` (``general_ocr_wan2_1``), the
 one reward of ``multi_score`` that scores videos. It runs as written (frame sampling, Levenshtein
@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..files import atomic_write_text
-from .flowgrpo_family import FlowSizes, FlowTrainer
+from .flowgrpo import FlowSizes, FlowTrainer
 from .tiny_wan import build_tiny_wan
 
 #: upstream's main trains from epoch 2 (its first two epochs only draw prompts)
