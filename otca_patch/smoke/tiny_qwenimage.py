@@ -23,6 +23,9 @@ import torch
 SPECIAL_TOKENS = ("<|im_start|>", "<|im_end|>", "<|endoftext|>")
 #: the vision tokens of the edit pipeline's template (the processor expands the image pad)
 VISION_TOKENS = ("<|vision_start|>", "<|image_pad|>", "<|vision_end|>")
+#: the video pad, unused by the edit pipeline but a token of its own: transformers 5's processor counts
+#: it in the ids, where an unknown token would read as the padding
+VIDEO_PAD = "<|video_pad|>"
 #: the edit processor's image size: 2 x 2 merged patches of 14 (smart_resize keeps it in [min, max])
 VISION_PIXELS = 56 * 56
 TEXT_WIDTH = 32
@@ -54,7 +57,7 @@ def tiny_text_encoder(tokenizer):
     """A one-layer Qwen2.5-VL (a one-block vision tower), its vision token ids the tokenizer's when it has them."""
     from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
 
-    tokens = {"image_token_id": VISION_TOKENS[1], "video_token_id": "<|video_pad|>", "vision_start_token_id": VISION_TOKENS[0]}
+    tokens = {"image_token_id": VISION_TOKENS[1], "video_token_id": VIDEO_PAD, "vision_start_token_id": VISION_TOKENS[0]}
     vocab = tokenizer.get_vocab()
     ids = {name: vocab[token] if token in vocab else len(tokenizer) + offset  # else ids past the vocabulary
            for offset, (name, token) in enumerate(tokens.items(), start=1)}
@@ -109,7 +112,7 @@ def build_tiny_qwenimage_edit(folder: str | Path, seed: int = 0) -> Path:
     if (folder / "model_index.json").is_file():
         return folder
     torch.manual_seed(seed)
-    tokenizer = byte_level_tokenizer(folder, VISION_TOKENS)
+    tokenizer = byte_level_tokenizer(folder, (*VISION_TOKENS, VIDEO_PAD))
     # the fast processor: upstream hands it the sampler's [-1, 1] tensor, which the slow one's PIL resize refuses
     image_processor = Qwen2VLImageProcessorFast(min_pixels=VISION_PIXELS, max_pixels=VISION_PIXELS)
     processor = Qwen2VLProcessor(image_processor=image_processor, tokenizer=tokenizer, **video_processor(Qwen2VLProcessor))
