@@ -134,8 +134,10 @@ DDP_WORKER = textwrap.dedent("""
     rank = accelerator.process_index
     model(torch.full((1, 2), float(rank + 1))).sum().backward()
     inner = model.module if isinstance(model, torch.nn.parallel.DistributedDataParallel) else model
-    print(json.dumps({"rank": rank, "ddp": inner is not model, "processes": accelerator.num_processes,
-                      "type": str(accelerator.distributed_type), "grad": inner.weight.grad.tolist()}), flush=True)
+    # a file per rank: two ranks printing to torchrun's one stdout can interleave their lines under load
+    with open(f"rank{rank}.json", "w") as out:
+        json.dump({"rank": rank, "ddp": inner is not model, "processes": accelerator.num_processes,
+                   "type": str(accelerator.distributed_type), "grad": inner.weight.grad.tolist()}, out)
 """)
 
 
@@ -146,7 +148,7 @@ def test_accelerate_wraps_in_ddp_on_two_cpu_processes_as_on_two_gpus(python, tmp
                            "--master_port", str(free_port()), str(worker)], capture_output=True, text=True,
                           env=environment(OTCA_SMOKE_DEVICE="cpu"), timeout=600, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
-    ranks = sorted((json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")), key=lambda r: r["rank"])
+    ranks = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in (0, 1)]
     assert [r["rank"] for r in ranks] == [0, 1]
     for rank in ranks:
         assert rank["ddp"] and rank["processes"] == 2 and rank["type"].endswith("MULTI_CPU")
