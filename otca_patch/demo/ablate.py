@@ -126,9 +126,13 @@ def add_decomposition(result: dict) -> None:
                          "plain": plain_line(diff, objectives, short_name(candidate),
                                              short_name(reference))})
     result["decomposition"] = rows
-    result["below_base"] = {m: {k: result["table"][m][k] for k in objectives if result["table"][m][k]["high"] < 0}
-                            for m in modes}
+    result["below_base"] = {m: {k: result["table"][m][k] for k in _below_base(result, m)} for m in modes}
     result["regime_condition"] = regime_condition(result)
+
+
+def _below_base(result: dict, mode: str) -> list:
+    """The objectives whose gap closed under ``mode`` has its 95% interval below 0 (below the base model)."""
+    return [k for k in result["objectives"] if result["table"][mode][k]["high"] < 0]
 
 
 #: The baselines whose failure makes a regime one where objectives really fight (issue 30).
@@ -140,7 +144,7 @@ def regime_condition(result: dict) -> dict:
     some objective's gap closed has its 95% interval below 0. ``{"met": bool|None, "hurt": {mode:
     [objectives]}}``; ``met`` is None when neither baseline ran."""
     ran = [m for m in FIGHT_BASELINES if m in result["modes"]]
-    hurt = {m: [k for k in result["objectives"] if result["table"][m][k]["high"] < 0] for m in ran}
+    hurt = {m: _below_base(result, m) for m in ran}
     return {"met": any(hurt.values()) if ran else None, "hurt": hurt}
 
 
