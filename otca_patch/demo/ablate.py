@@ -89,7 +89,7 @@ def main(argv=None) -> int:
 
 #: Where OTCA's difference to the paper's baseline comes from: (from, to, what the step adds), each
 #: ``to - from`` paired by seed. The first three chain sum_raw -> multi_grpo -> moca -> otca; then the
-#: totals the issue asks for, the controls, and the gap-fill options (rows appear where both ran).
+#: totals, the controls, and the gap-fill options (rows appear where both ran).
 DECOMPOSITION = (
     ("sum_raw", "multi_grpo", "normalisation: each reward by its own group std instead of one raw sum"),
     ("multi_grpo", "moca", "MOCA: min-norm fusion and exploration bias instead of the sum of advantages"),
@@ -135,7 +135,7 @@ def _below_base(result: dict, mode: str) -> list:
     return [k for k in result["objectives"] if result["table"][mode][k]["high"] < 0]
 
 
-#: The baselines whose failure makes a regime one where objectives really fight (issue 30).
+#: The baselines whose failure makes a regime one where objectives really fight.
 FIGHT_BASELINES = ("sum_raw", "multi_grpo")
 
 
