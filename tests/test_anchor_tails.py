@@ -1,4 +1,4 @@
-"""Anchors tolerate no-op tails (issue 19): a value upstream follows with ``.detach()``, ``.clone()``
+"""Anchors tolerate no-op tails: a value upstream follows with ``.detach()``, ``.clone()``
 or ``.contiguous()`` still matches, the layer's code lands exactly where it would without them, and
 any other change to the value is still refused."""
 import ast

@@ -1,4 +1,4 @@
-"""Copies and variants of a targeted trainer (issue 19): a launch under --otca that runs a copy stops
+"""Copies and variants of a targeted trainer: a launch under --otca that runs a copy stops
 before training and names the spec; ``--otca_target NAME=PATH`` runs the copy patched (launch,
 ``otca-patch run``, doctor); a launch in which no targeted process started fails and names the
 scripts that ran. On the synthetic upstream of test_launch.py; the DanceGRPO copy is in

@@ -1,4 +1,4 @@
-"""The credit bench (issue 23): MARBLE's gradient combination, the gradient-conflict diagnostic, the
+"""The credit bench: MARBLE's gradient combination, the gradient-conflict diagnostic, the
 two task regimes and ``--regime``, and a tiny ablation over both regimes with every peer."""
 import json
 import math

@@ -1,5 +1,5 @@
 """``otca-patch launch --otca`` refuses, before upstream's script runs, what cannot train with the
-layer (issue 26 item 4): no targeted trainer reachable from the working directory, a registry reward
+layer: no targeted trainer reachable from the working directory, a registry reward
 without its checkpoint, ``--otca_*`` flags without ``--otca``, weights that give non-finite or zero
 advantages; it names the set-up commands a script runs first; and a failed launch ends with the first
 error a process reported (item 5). On the synthetic upstream of test_launch.py: every launch script

@@ -108,7 +108,7 @@ def test_local_changes_stop_it_before_anything_moves(clone, tmp_path):
 
 # ---- FlowGRPO: a clone at the pinned ac4c86e, then 9745241 (upstream's next state) as the next commit
 
-#: every FlowGRPO GRPO target (issue 28): SD3 first (its file changed at 9745241), then the specs verified on 9745241
+#: every FlowGRPO GRPO target: SD3 first (its file changed at 9745241), then the specs verified on 9745241
 FLOWGRPO_TARGETS = ("flowgrpo-sd3", "flowgrpo-sd3-guard", "flowgrpo-sd3-fast", "flowgrpo-flux", "flowgrpo-flux-fast",
                     "flowgrpo-flux-kontext", "flowgrpo-qwenimage", "flowgrpo-qwenimage-edit", "flowgrpo-wan2-1")
 

@@ -70,9 +70,9 @@ def step_weight_heatmap(run: Run, path: Path) -> Path:
     weights = np.asarray(run.step_weights).T  # [S, T]
     fig, ax = plt.subplots(figsize=(6.4, 3.6))
     image = ax.imshow(weights, aspect="auto", origin="lower", cmap="viridis", interpolation="nearest",
-                      extent=(run.steps[0] - 0.5, run.steps[-1] + 0.5, -0.5, weights.shape[0] - 0.5))
+                      extent=(run.steps[0] - 0.5, run.steps[-1] + 0.5, 0.5, weights.shape[0] + 0.5))
     fig.colorbar(image, ax=ax, label="mean step weight")
-    ax.set(xlabel="training step", ylabel="sampling step (0 = first denoising step)",
+    ax.set(xlabel="training step", ylabel="sampling step (1 = first denoising step, noise side)",
            title=f"{run.label}: step weights")
     return _save(fig, path)
 
