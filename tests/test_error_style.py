@@ -1,4 +1,4 @@
-"""One error style everywhere (issues 19 and 22): one line, prefixed by the command the user typed
+"""One error style everywhere: one line, prefixed by the command the user typed
 (``otca-patch launch: error: ...``), "did you mean" for a near miss, no usage block, no old script
 names; ``launch`` checks the objectives before it starts anything; every ``--help`` documents
 ``otca-patch COMMAND``."""

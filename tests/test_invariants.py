@@ -133,7 +133,7 @@ def allocated(fn):
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_the_fingerprint_copies_no_batch_at_the_first_step_and_costs_nothing_later(dtype):
-    """Issue 20: the check used to make a float64 copy of the latents at every step (4x a bf16 batch)."""
+    """The check used to make a float64 copy of the latents at every step (4x a bf16 batch)."""
     batch, steps, shape = 4, 8, (16, 32, 32)
     latents = trajectory(batch, steps, shape, dtype)
     one_sample_step = 4 * torch.Size(shape).numel()  # float32 bytes
