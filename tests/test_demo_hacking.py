@@ -1,4 +1,4 @@
-"""the paper's baseline (``sum_raw``: raw rewards at the regime's raw scales), the ``hacking``
+"""The paper's baseline (``sum_raw``: raw rewards at the regime's raw scales), the ``hacking``
 regime (``vividness`` can be raised past the clean render at the others' cost), the decomposition
 of the ablation, the report's plain verdict lines and an ETA that ignores the start-up."""
 import json

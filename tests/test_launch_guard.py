@@ -1,4 +1,4 @@
-"""under ``otca-patch launch --otca`` no optimizer step completes without the layer.
+"""Under ``otca-patch launch --otca`` no optimizer step completes without the layer.
 
 A tiny stand-in trainer (the synthetic target of test_launch.py, taking real ``torch.optim`` steps)
 writes a marker file after each completed step, saying whether the layer's runtime was installed in
