@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "bench_gpu.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_gpu.py"
 
 
 def run(*flags, env=None):

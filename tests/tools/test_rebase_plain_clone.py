@@ -2,32 +2,17 @@
 a git repository made of the first-release snapshot (93ec253), the verified one (15cc71d) and a later
 commit touching the FLUX trainer. The smoke command records which targets it ran for."""
 import os
-import shutil
 import subprocess
 import sys
 
 import pytest
 
-from upstream_snapshots import REPO, missing, unpack_snapshot
+from upstream_snapshots import REPO, build_flowgrpo_clone, commit_tree, git, missing, unpack_snapshot
 
 SPEC_FILES = {"dancegrpo-flux": "train_grpo_flux.py", "dancegrpo-flux-lora": "train_grpo_flux_lora.py",
               "dancegrpo-hunyuan": "train_grpo_hunyuan.py", "dancegrpo-qwenimage": "train_grpo_qwenimage.py",
               "dancegrpo-qwenimage-edit": "train_grpo_qwenimage_edit.py", "dancegrpo-sd": "train_grpo_sd.py",
               "dancegrpo-skyreels-i2v": "train_grpo_skyreels_i2v.py", "dancegrpo-wan": "train_grpo_wan_2_1.py"}
-
-
-def git(cwd, *args):
-    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
-
-
-def commit_tree(repo, source, message, tag):
-    for entry in repo.iterdir():
-        if entry.name != ".git":
-            shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
-    shutil.copytree(source, repo, dirs_exist_ok=True, symlinks=True)
-    git(repo, "add", "-A")
-    git(repo, "commit", "-q", "-m", message)
-    git(repo, "tag", tag)
 
 
 @pytest.fixture(scope="module")
@@ -111,23 +96,6 @@ def test_local_changes_stop_it_before_anything_moves(clone, tmp_path):
 #: every FlowGRPO GRPO target: SD3 first (its file changed at 9745241), then the specs verified on 9745241
 FLOWGRPO_TARGETS = ("flowgrpo-sd3", "flowgrpo-sd3-guard", "flowgrpo-sd3-fast", "flowgrpo-flux", "flowgrpo-flux-fast",
                     "flowgrpo-flux-kontext", "flowgrpo-qwenimage", "flowgrpo-qwenimage-edit", "flowgrpo-wan2-1")
-
-
-def build_flowgrpo_clone(folder):
-    """What CI builds from the two snapshots: commit ac4c86e's tree, then 9745241's tree as the next
-    commit (tag 9745241), and the clone checked out at the former, as a user pinned to it has it."""
-    pinned, newer = unpack_snapshot("flow_grpo-ac4c86e.tar.gz"), unpack_snapshot("flow_grpo-9745241.tar.gz")
-    if pinned is None or newer is None:
-        missing("the FlowGRPO snapshots are not under shared/upstream")
-    os.environ.update({"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-                       "GIT_COMMITTER_EMAIL": "t@t", "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"})
-    repo = folder / "flow_grpo"
-    repo.mkdir()
-    git(repo, "init", "-q", "-b", "main")
-    commit_tree(repo, pinned, "ac4c86e", "ac4c86e")
-    commit_tree(repo, newer, "9745241", "9745241")
-    git(repo, "reset", "-q", "--hard", "ac4c86e")
-    return repo
 
 
 @pytest.fixture(scope="module")

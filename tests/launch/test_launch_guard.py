@@ -7,7 +7,7 @@ its process. It is launched through every launch form: by path, as ``-m``, under
 ``env -i`` the start-up hook never runs: the wrapper's tree watch stops the launch. A renamed
 derivative, a DPO-style script and a module no spec covers take steps without the layer: the step
 guard stops each at its first step. (Those launches build their script's path at run time: one the
-launch names is refused by the pre-flight before it runs, tests/test_launch_preflight.py.)"""
+launch names is refused by the pre-flight before it runs, tests/launch/test_launch_preflight.py.)"""
 import json
 import os
 import subprocess

@@ -41,7 +41,7 @@ WORKER = textwrap.dedent("""
 def test_average_on_gloo_is_sum_over_world_size_where_gloo_rejects_avg(tmp_path):
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([repo, os.environ.get("PYTHONPATH", "")]))
     done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
                            "--master_port", str(free_port()), str(script)],

@@ -11,7 +11,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from otca_patch.config import OtcaConfig
 from otca_patch.targets.registry import runtime_for
-SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "bench_memory.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_memory.py"
 
 
 class LargestAllocation(TorchDispatchMode):

@@ -18,7 +18,7 @@ import pytest
 
 from free_port import free_port
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 PROMPT = "a red circle on the sea"
 #: diffusers 0.35's QwenImagePipeline prompt template and the number of its tokens encode_prompt drops
 QWEN_TEMPLATE = ("<|im_start|>system\nDescribe the image by detailing the color, shape, size, texture, quantity, "

@@ -16,7 +16,7 @@ from otca_patch.smoke import environment, harness, meter
 from otca_patch.targets.registry import runtime_for
 from fake_cuda import FakeCuda
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_the_smoke_device_is_the_cpu_unless_cuda_is_asked_for(monkeypatch):

@@ -19,7 +19,7 @@ import torch
 
 from otca_patch.credit import CreditConfig, compute_credit
 
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]
 VENDORED = TESTS / "data" / "conformance"
 #: The spec's own folder beside the repository (or $OTCA_SHARED), where a development checkout has it.
 SHARED = Path(os.environ.get("OTCA_SHARED") or TESTS.parent.parent / "shared") / "conformance"

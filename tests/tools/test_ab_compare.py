@@ -10,7 +10,7 @@ import pytest
 from otca_patch.ab.cli import side_argv
 from otca_patch.ab.workdir import make_working_copy, output_dirs_of
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 # writes what DanceGRPO writes: ./reward.txt (one mean per step), ./images/, checkpoints in --output_dir
 TRAINER = textwrap.dedent('''\

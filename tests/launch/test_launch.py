@@ -12,7 +12,7 @@ import pytest
 
 from free_port import free_port
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 TRAINER = textwrap.dedent('''\
     import json, sys

@@ -2,7 +2,7 @@
 ``explore_scale``) against an independent float64 reference written here from the spec's text (plain
 loops over samples, steps and groups; nothing imported from ``otca_patch.credit``), and the
 conformance vectors ``tests/data/conformance/credit_gapfill_cases.json`` that this reference
-generated (``python tests/test_credit_gapfills.py --write`` rewrites them)."""
+generated (``python tests/credit/test_credit_gapfills.py --write`` rewrites them)."""
 from __future__ import annotations
 
 import json
@@ -16,7 +16,7 @@ import torch
 
 from otca_patch.credit import CreditConfig, compute_credit, credit_from_progress
 
-VECTORS = Path(__file__).resolve().parent / "data" / "conformance" / "credit_gapfill_cases.json"
+VECTORS = Path(__file__).resolve().parents[1] / "data" / "conformance" / "credit_gapfill_cases.json"
 TOLERANCE = 1e-5
 EPS, ADV_EPS, W_MIN, TIE = 1e-6, 1e-8, 0.5, 1e-6
 

@@ -19,7 +19,7 @@ import torch
 from otca_patch.rewards import clip_libs, load, tiny
 from otca_patch.rewards.packages import missing_package
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PROMPTS = ["a photo of a cat", "a red car on the road"]
 
 _HIDE = '''

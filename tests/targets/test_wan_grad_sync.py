@@ -15,7 +15,7 @@ import textwrap
 import pytest
 import torch
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 WORKER = textwrap.dedent('''
     import json, os, sys

@@ -186,7 +186,7 @@ def test_eval_smoke_runs_end_to_end_from_the_command_line(tmp_path):
     import sys
     from pathlib import Path
 
-    repo = Path(__file__).resolve().parents[1]
+    repo = Path(__file__).resolve().parents[2]
     done = subprocess.run([sys.executable, "-m", "otca_patch.cli", "eval", "--smoke", "--out", str(tmp_path / "e")],
                           capture_output=True, text=True, timeout=900, cwd=tmp_path,
                           env={**__import__("os").environ, "PYTHONPATH": str(repo)})

@@ -2,7 +2,7 @@
 step credit against an independent float64 reference written here from the spec's text (loops over
 samples, steps and groups; nothing imported from ``otca_patch.credit``), and the conformance vectors
 ``tests/data/conformance/credit_peer_cases.json`` that this reference generated
-(``python tests/test_credit_peers.py --write`` rewrites them)."""
+(``python tests/credit/test_credit_peers.py --write`` rewrites them)."""
 from __future__ import annotations
 
 import json
@@ -16,7 +16,7 @@ import torch
 
 from otca_patch.credit import MODES, PEER_MODES, CreditConfig, compute_credit, credit_from_progress
 
-VECTORS = Path(__file__).resolve().parent / "data" / "conformance" / "credit_peer_cases.json"
+VECTORS = Path(__file__).resolve().parents[1] / "data" / "conformance" / "credit_peer_cases.json"
 TOLERANCE = 1e-5
 
 
