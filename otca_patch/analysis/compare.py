@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from ..files import atomic_write_text
+from ..help_text import PlainDescriptionFormatter
 from .cycle import cycle_window, detect_cycle
 from .difference import compare_sides
 from .logs import LogError, Run
@@ -165,7 +166,7 @@ def headlines(report: Path) -> list[str]:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="otca-patch compare", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+                                     formatter_class=PlainDescriptionFormatter)
     parser.add_argument("runs", nargs="+", type=Path, help="run folders (or run_log.jsonl / reward.txt files)")
     parser.add_argument("--out", type=Path, default=Path("compare"), help="report folder (default ./compare)")
     parser.add_argument("--labels", help="comma-separated names, one per run (default: folder names)")

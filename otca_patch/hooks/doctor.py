@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from ..help_text import PlainHelpFormatter
 from .checkout import check_upstream_dir
 from .coverage import coverage_lines
 from .explicit_targets import explicit_specs, not_overridden, resolve_in
@@ -116,7 +117,7 @@ def format_report(upstream_dir: Path, rows: list[dict]) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="otca-patch doctor", description=__doc__)
+    parser = argparse.ArgumentParser(prog="otca-patch doctor", description=__doc__, formatter_class=PlainHelpFormatter)
     parser.add_argument("upstream_dir", type=Path, help="an upstream checkout (e.g. upstream/DanceGRPO)")
     parser.add_argument("--patches", type=Path, default=None, help=f"spec folder (default {default_patches_dir()})")
     parser.add_argument("--otca_target", metavar="NAME=PATH", action="append", default=[],

@@ -34,6 +34,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..config import ENV_ARGS, OtcaConfig, parse_otca_args
+from ..help_text import plain_text
 from ..hooks.errors import PatchError
 from ..hooks.explicit_targets import explicit_specs, not_overridden
 from ..hooks.rewrite import compile_target
@@ -318,8 +319,8 @@ def usage() -> str:
     parser = build_parser()
     parser.usage = argparse.SUPPRESS
     flags = parser.format_help().strip("\n").split("\n", 1)[1]  # without argparse's "options:" title
-    return (f"usage: {PROG} UPSTREAM_LAUNCH.sh [--otca ...] [ARGS]\n       {PROG} [--otca ...] -- COMMAND [ARGS]\n\n"
-            f"{__doc__.strip()}\n\nflags:\n{flags}")
+    return plain_text(f"usage: {PROG} UPSTREAM_LAUNCH.sh [--otca ...] [ARGS]\n       {PROG} [--otca ...] -- COMMAND [ARGS]\n\n"
+                      f"{__doc__.strip()}\n\nflags:\n{flags}")
 
 
 def remote_launcher(text: str) -> str:

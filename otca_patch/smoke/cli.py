@@ -24,7 +24,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..config import ENV_ARGS, config_from_environment, environment_flags_note
-from ..flags import add_flags, from_namespace
+from ..flags import OneLineParser, add_flags, from_namespace
+from ..help_text import PlainDescriptionFormatter
 from ..hooks.checkout import check_upstream_dir
 from ..hooks.errors import PatchError
 from ..rewards.clip_libs import MissingPackage
@@ -88,7 +89,7 @@ def detect_target(upstream_dir: Path, targets: dict) -> str:
 
 def build_parser(sizes_type) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="otca-patch smoke", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+                                     formatter_class=PlainDescriptionFormatter)
     parser.add_argument("upstream_dir", type=Path, help="upstream checkout, e.g. upstream/DanceGRPO")
     parser.add_argument("out_dir", type=Path, help="where upstream's outputs, the run log and smoke.json go")
     parser.add_argument("--target", choices=sorted(smoke_targets()), help="default: detected from the checkout")
@@ -107,7 +108,7 @@ def main(argv=None) -> int:
         # as a launched process: $OTCA_PATCH_ARGS, then the flags given here
         config, rest = config_from_environment(argv)
         targets = smoke_targets()
-        peek = argparse.ArgumentParser(add_help=False)
+        peek = OneLineParser(add_help=False)  # a mistyped --target: one line with "did you mean"
         peek.add_argument("upstream_dir", type=Path, nargs="?")
         peek.add_argument("--target", choices=sorted(targets))
         known, _ = peek.parse_known_args(rest)

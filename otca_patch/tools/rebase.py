@@ -27,6 +27,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from ..help_text import PlainDescriptionFormatter
 from ..hooks.coverage import uncovered_summary
 from ..hooks.spec import load_specs
 from .target_check import check_targets, format_checks, smoke_changed, upstream_specs, wrapped
@@ -188,7 +189,7 @@ def rebase_clone(repository: Path, ref: str, smoke: str | None, stay: bool) -> i
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="otca-patch rebase", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+                                     formatter_class=PlainDescriptionFormatter)
     parser.add_argument("ref", help="upstream commit, branch or tag")
     parser.add_argument("clone", nargs="?", type=Path, help="local clone of the upstream repository to fetch REF from")
     parser.add_argument("--submodule", help=f"submodule path (default: matched to LOCAL_CLONE, else {DEFAULT_SUBMODULE})")
