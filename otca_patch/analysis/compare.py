@@ -79,8 +79,8 @@ def compare(paths: list[Path], out: Path, labels: list[str] | None = None, objec
     window, cycle = positive_int("window", window), positive_int("cycle", cycle)
     if not (isinstance(threshold, (int, float)) and threshold >= 0):
         raise LogError(f"--threshold must be a number >= 0 (in objective sigmas), got {threshold!r}")
-    if len(paths) < 2:
-        raise LogError("compare needs at least two runs")
+    if not paths:
+        raise LogError("compare needs a run (one draws its pictures; two or more are compared)")
     if labels is not None and len(labels) != len(paths):
         raise LogError(f"--labels gives {len(labels)} labels for {len(paths)} runs")
     labels = labels or unique_labels(paths)
