@@ -16,7 +16,7 @@ log="$venv/setup.log"
 # shellcheck source=scripts/quietly.sh
 . "$repo/scripts/quietly.sh"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
-  echo "setup: installing otca-patch and its pinned dependencies into .venv (first run: about 5 minutes on 2 cores; output in $log)" >&2
+  echo "setup: installing otca-patch and its pinned dependencies into .venv (first run: about 5.5 minutes on 2 cores; output in $log)" >&2
   : > "$log"
   # setuptools 77 or later reads pyproject.toml's SPDX license string (the tests build the wheel without isolation)
   quietly "$log" "$venv/bin/python" -m pip install --upgrade pip "setuptools>=77"
