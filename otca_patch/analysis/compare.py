@@ -1,4 +1,5 @@
-"""``otca-patch compare RUN [RUN ...]``: report.md and PNG plots from two or more run folders.
+"""``otca-patch compare RUN [RUN ...]``: report.md and PNG plots from two or more run folders (one run
+alone: its pictures, as wandb would show them, from its run log).
 
 Each RUN is a folder holding the layer's run_log.jsonl (or, for a run without the layer,
 upstream's reward.txt), or one of those files, or a folder of such folders (several seeds of one
