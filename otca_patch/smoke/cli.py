@@ -8,7 +8,8 @@ another smoke target (see --target's choices; dancegrpo-wan22 needs --otca or --
 Without --otca the upstream file runs unpatched; with --otca alone the objectives are upstream's
 reward and a tiny CLIP-T from the reward registry. Upstream's own outputs (images/, reward.txt),
 the run log and smoke.json ({"otca": bool, "steps": [{"loss": x, "grad_norm": y}, ...]}) land in
-OUT_DIR. Works under ``torchrun --nproc_per_node 2`` too (a gloo world on the CPU). With
+OUT_DIR; the last line says ``smoke: passed`` or ``smoke: failed`` and where they are. Works under
+``torchrun --nproc_per_node 2`` too (a gloo world on the CPU). With
 ``OTCA_SMOKE_DEVICE=cuda`` each rank runs on its GPU, ``cuda:{LOCAL_RANK}``, in an NCCL world
 (scripts/gpu_check.sh).
 """
