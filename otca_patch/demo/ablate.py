@@ -15,6 +15,7 @@ from pathlib import Path
 
 from .cli import fail, parse
 from otca_patch.flags import add_flags, from_namespace
+from otca_patch.help_text import PlainHelpFormatter
 
 from .config import DemoConfig
 from .regimes import regime_names
@@ -30,7 +31,7 @@ DEFAULTS = {"out": "runs/ablate", "base_cache": "runs/demo", "resume": True,
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="otca-patch ablate", description=__doc__.split("\n\n")[0],
+        prog="otca-patch ablate", description=__doc__.split("\n\n")[0], formatter_class=PlainHelpFormatter,
         epilog="Writes ablation.md and ablation.json into --out (with --regime both: one folder per regime under "
                "--out, each with its own ablation.md and ablation.json, and both in --out/ablation.json and "
                "--out/ablation.md). The base model of each regime is shared by every run of that regime and "

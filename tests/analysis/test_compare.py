@@ -132,9 +132,18 @@ def test_empty_and_missing_logs_are_clear_errors(tmp_path):
         load_run(tmp_path / "nothing")
     with pytest.raises(LogError, match="no such run folder"):
         load_run(tmp_path / "absent")
-    write_run(tmp_path / "a", base)
-    with pytest.raises(LogError, match="at least two runs"):
-        compare([tmp_path / "a"], tmp_path / "out")
+    with pytest.raises(LogError, match="needs a run"):
+        compare([], tmp_path / "out")
+
+
+def test_one_run_alone_gets_its_pictures_without_wandb(tmp_path):
+    """A run whose launch kept wandb off: its run log gives the panels wandb would have shown."""
+    write_run(tmp_path / "otca", fast, sizes=4)
+    report = compare([tmp_path / "otca"], tmp_path / "out").read_text()
+    for name in ("reward_upstream.png", "reward_clip_t.png", "balanced_score.png", "step_weights_otca.png",
+                 "mixture_otca.png"):
+        assert (tmp_path / "out" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
+        assert f"({name})" in report
 
 
 def test_a_step_logged_twice_is_an_error_naming_both_lines(tmp_path):

@@ -68,9 +68,10 @@ def test_a_script_that_only_shares_function_names_is_not_a_copy(synthetic):
     done = launch(upstream, env, 'name=tool; python "$name.py"\npython -m json.tool --help > /dev/null', "--otca")
     assert "[1, 2, 3]" in done.stdout, done.stderr
     assert done.returncode == 2
-    last = done.stderr.strip().splitlines()[-1]
-    assert last.startswith("otca-patch launch: error: the launch ended and no process ran a file the layer targets")
-    assert "Python scripts that ran: tool.py, -m json.tool" in last
+    error, last = done.stderr.strip().splitlines()[-2:]  # the error, then the launch's closing line
+    assert error.startswith("otca-patch launch: error: the launch ended and no process ran a file the layer targets")
+    assert "Python scripts that ran: tool.py, -m json.tool" in error
+    assert last.startswith("otca-patch launch: failed (exit status 2")
 
 
 def test_a_launch_that_runs_the_trainer_and_other_scripts_succeeds(synthetic):

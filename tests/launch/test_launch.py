@@ -155,11 +155,15 @@ def test_doctor_reports_holding_and_broken_hooks(synthetic, tmp_path):
     done = subprocess.run(doctor, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "scale" in done.stdout and "1 of 1 hook points hold" in done.stdout
+    # the verdict is the last line, after the per-hook details
+    assert done.stdout.strip().splitlines()[-1] == ("doctor: passed: 1 of 1 hook points hold, 1 of 1 targets; "
+                                                    "--otca can run every target here")
     trainer = upstream / "trainer" / "train.py"
     trainer.write_text(trainer.read_text().replace("return advantages", "return list(advantages)"))
     done = subprocess.run(doctor, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 1
     assert "FAIL: anchor not found, expected exactly 1" in done.stdout and "0 of 1 hook points hold" in done.stdout
+    assert done.stdout.strip().splitlines()[-1].startswith("doctor: failed: 0 of 1 hook points hold, 0 of 1 targets")
     empty = tmp_path / "empty"
     empty.mkdir()
     done = subprocess.run(doctor[:-1] + [str(empty)], env=env, capture_output=True, text=True, timeout=120)

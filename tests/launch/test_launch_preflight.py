@@ -165,10 +165,11 @@ def test_a_failed_launch_ends_with_the_first_error_a_worker_reported(tmp_path):
     upstream, env = synthetic_upstream(tmp_path, TRAINER, FAILING_RUNTIME)
     done = launch(upstream, env, "python trainer/train.py --out result.json", "--otca")
     assert done.returncode == 2 and not (upstream / "result.json").exists()
-    last = done.stderr.strip().splitlines()[-1]
-    assert last.startswith("otca-patch launch: error: the launch failed; the first error a process reported "
-                           "(trainer/train.py, host "), done.stderr
-    assert last.endswith("reward model 'clip_t': cannot read checkpoint /ckpt/clip.pt")
+    error, last = done.stderr.strip().splitlines()[-2:]  # the error, then the launch's closing line
+    assert error.startswith("otca-patch launch: error: the launch failed; the first error a process reported "
+                            "(trainer/train.py, host "), done.stderr
+    assert error.endswith("reward model 'clip_t': cannot read checkpoint /ckpt/clip.pt")
+    assert last.startswith("otca-patch launch: failed (exit status 2, the error above)")
     assert "otca-patch doctor" not in done.stderr  # not the generic advice
 
 
@@ -179,8 +180,9 @@ def test_a_trainer_that_raises_under_the_layer_is_relayed_with_its_exception(tmp
     upstream, env = synthetic_upstream(tmp_path, trainer, RUNTIME)
     done = launch(upstream, env, "python trainer/train.py --out result.json", "--otca")
     assert done.returncode != 0
-    assert done.stderr.strip().splitlines()[-1].endswith(
+    assert done.stderr.strip().splitlines()[-2].endswith(
         "ValueError: credit: 3 of 8 advantages are not finite"), done.stderr[-2000:]
+    assert done.stderr.strip().splitlines()[-1].startswith("otca-patch launch: failed")
 
 
 @pytest.mark.parametrize("program, expected", [
@@ -196,3 +198,44 @@ def test_a_command_that_cannot_start_is_refused_in_one_line(synthetic, program, 
     done = wrapper(upstream, env, *flags, "--", program, "launch", "trainer/train.py")
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
     assert error_lines(done.stderr) == [f"otca-patch launch: error: {expected}"], done.stderr
+
+
+# ---- wandb: whether the layer's panels will appear, said once before training
+
+def note_lines(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if "otca/ panels" in line]
+
+
+def without_wandb_settings(env: dict) -> dict:
+    return {k: v for k, v in env.items() if k not in ("WANDB_DISABLED", "WANDB_MODE")}
+
+
+def test_a_script_that_disables_wandb_gets_one_note_saying_the_panels_will_not_appear(synthetic):
+    upstream, env = synthetic
+    # DanceGRPO's finetune scripts begin so; WANDB_MODE=online after it does not undo it
+    done = launch(upstream, without_wandb_settings(env),
+                  'export WANDB_DISABLED=true\nexport WANDB_MODE=online\n' + RUN_TRAINER, "--otca")
+    assert done.returncode == 0, done.stderr
+    [note] = note_lines(done.stderr)
+    assert note.startswith("otca-patch launch: note: launch.sh sets WANDB_DISABLED=true, so wandb uploads nothing")
+    assert "run a copy of the script without that line" in note and "otca-patch compare otca_logs" in note
+
+
+def test_the_environment_disabling_wandb_is_named_and_a_script_that_leaves_it_on_gets_no_note(synthetic):
+    upstream, env = synthetic
+    done = launch(upstream, dict(without_wandb_settings(env), WANDB_MODE="disabled"), RUN_TRAINER, "--otca")
+    [note] = note_lines(done.stderr)
+    assert "the environment has WANDB_MODE=disabled" in note and "set WANDB_MODE=online" in note
+    done = launch(upstream, without_wandb_settings(env), "# export WANDB_DISABLED=true\n" + RUN_TRAINER, "--otca")
+    assert done.returncode == 0 and note_lines(done.stderr) == [], done.stderr
+
+
+def test_a_launch_ends_with_one_line_saying_how_it_ended_and_where_the_run_log_is(synthetic):
+    upstream, env = synthetic
+    done = launch(upstream, env, RUN_TRAINER, "--otca", "--otca_log_dir", "logs")
+    assert done.returncode == 0, done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("otca-patch launch: finished; ") and " logs/run_log.jsonl" in last
+    done = launch(upstream, env, RUN_TRAINER + "\nexit 3", "--otca")
+    assert done.returncode == 3
+    assert done.stderr.strip().splitlines()[-1].startswith("otca-patch launch: failed (exit status 3")

@@ -93,11 +93,12 @@ def test_the_row_of_step_t_holds_upstreams_loss_and_every_objectives_reward_of_s
             assert row[f"otca/advantage/{name}"] == pytest.approx(0.0, abs=1e-6)
             assert row[f"otca/advantage_std/{name}"] > 0 and 0 <= row[f"otca/mixture/{name}"] <= 1
         assert 0 <= row["otca/conflict_share"] <= 1
-        # the step-weight profile: a histogram whose bin i is denoising step i (wandb stores it flattened)
-        assert row["otca/step_weight_profile/_type"] == "histogram"
-        assert row["otca/step_weight_profile/bins"] == [0, 1, 2, 3, 4, 5]
-        profile = row["otca/step_weight_profile/values"]
-        assert len(profile) == 5 and sum(profile) / 5 == pytest.approx(1.0, abs=1e-5)  # TCD weights average 1
+        # the step-weight profile: one scalar per denoising step (a line each over training), no histogram
+        assert not any(key.startswith("otca/step_weight_profile") for key in row)
+        steps = sorted(key for key in row if key.startswith("otca/step_weight/"))
+        assert steps == [f"otca/step_weight/step_{i}" for i in range(5)]  # 5 denoising steps, 5 lines
+        profile = [row[key] for key in steps]
+        assert sum(profile) / 5 == pytest.approx(1.0, abs=1e-5)  # TCD weights average 1
         assert max(profile) <= row["otca/step_weight_max"] + 1e-6
 
 
@@ -132,3 +133,12 @@ def test_an_epoch_record_joins_the_epochs_last_training_row(tmp_path, monkeypatc
         last_training_step = 2 * epoch + 1
         assert rows[last_training_step]["otca/reward/upstream"] == float(epoch)
         assert rows[last_training_step]["loss"] == 100.0 * epoch + last_training_step
+
+
+def test_the_step_weight_lines_are_named_so_that_they_sort_in_step_order():
+    from otca_patch.targets.monitoring import wandb_scalars
+
+    scalars = wandb_scalars({"step_weight_mean_per_step": [0.5 + i / 24 for i in range(12)]}, ())
+    names = [name for name in scalars if name.startswith("otca/step_weight/")]
+    assert names == sorted(names) and names[0] == "otca/step_weight/step_00" and names[-1] == "otca/step_weight/step_11"
+    assert scalars["otca/step_weight/step_11"] == pytest.approx(0.5 + 11 / 24, abs=1e-12)

@@ -137,3 +137,38 @@ def test_bad_ref_and_unknown_submodule_are_clear_errors(repos):
     done = rebase(repos, "good", str(repos["clone"]), "--submodule", "upstream/Other")
     assert done.returncode == 2 and "upstream/Other is not a submodule" in done.stderr
     assert pinned(repos) == repos["v1"]
+
+
+def otca_rebase(repos, cwd, *args):
+    env = dict(repos["env"], OTCA_REBASE_SMOKE="true")
+    return subprocess.run([sys.executable, "-m", "otca_patch.cli", "rebase", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def unpacked_release(repos, tmp_path, ref) -> Path:
+    """The clone's tree at ``ref`` without its .git, as an unpacked release is."""
+    git(repos["clone"], "checkout", "-q", ref)
+    release = tmp_path / "release"
+    (release / "trainer").mkdir(parents=True)
+    (release / "trainer" / "train.py").write_text((repos["clone"] / "trainer" / "train.py").read_text())
+    return release
+
+
+def test_rebase_in_an_unpacked_release_says_the_one_command_that_checks_it(repos, tmp_path):
+    release = unpacked_release(repos, tmp_path, "good")
+    done = otca_rebase(repos, release, "good")
+    assert done.returncode == 2
+    assert "not in a git repository" in done.stderr and "`otca-patch rebase --from .`" in done.stderr
+    assert "fatal:" not in done.stderr
+    checked = otca_rebase(repos, release, "--from", ".")
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "synthetic-trainer  file changed since the verified commit; 2 hook points hold; smoke: passed" in checked.stdout
+    assert checked.stdout.strip().splitlines()[-1] == "rebase: release fits: every target it has holds"
+
+
+def test_rebase_from_a_release_that_breaks_an_anchor_names_it(repos, tmp_path):
+    release = unpacked_release(repos, tmp_path, "broken")
+    done = otca_rebase(repos, tmp_path, "--from", "release")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "need a new spec (1): synthetic-trainer:scale (anchor not found" in done.stdout
+    assert not (release / ".git").exists()  # nothing was made a repository
