@@ -332,3 +332,45 @@ def test_a_checked_in_process_that_outlives_the_top_process_is_waited_for(stand_
     assert re.search(r"the \d+ process(es)? that outlived the launch's top process ended\n", done.stderr)
     steps = markers(upstream)
     assert len(steps) == STEPS and all(step["layer"] and step["advantages"] == PATCHED_ADVANTAGES for step in steps)
+
+
+EXEC_PROBE = textwrap.dedent('''\
+    import importlib.util, os, sys, time
+    spec = importlib.util.spec_from_file_location("hook", sys.argv[1])
+    hook = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hook)  # no $OTCA_PATCH_ARGS: it checks nothing in
+    fork = os.fork()
+    if fork == 0:
+        time.sleep(60)
+        os._exit(0)
+    print(hook._program(), fork, flush=True)
+    sys.stdin.readline()
+    os.execv(sys.executable, [sys.executable, "-c", "import time; time.sleep(60)"])
+''')
+
+
+def test_the_watch_reads_the_program_digest_the_hook_writes_a_fork_keeps_it_and_an_exec_changes_it():
+    sys.path.insert(0, str(REPO))
+    from otca_patch.launch import watch
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTCA_PATCH_")}
+    probe = subprocess.Popen([sys.executable, "-c", EXEC_PROBE, str(REPO / "otca_patch/launch/startup/sitecustomize.py")],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+    fork = None
+    try:
+        written, fork = probe.stdout.readline().split()
+        assert written and watch.program(probe.pid) == written
+        assert watch.program(int(fork)) == written, "a fork runs the same program"
+        probe.stdin.write("\n")
+        probe.stdin.flush()
+        for _ in range(600):  # a hang guard: until the exec has happened
+            if watch.command_line(probe.pid)[-1:] == ["import time; time.sleep(60)"]:
+                break
+            time.sleep(0.1)
+        assert watch.program(probe.pid) not in ("", written), "an exec in place is a new program"
+        assert watch.stat(probe.pid)[0] != "Z"
+    finally:
+        probe.kill()
+        probe.wait()
+        if fork is not None:
+            os.kill(int(fork), 9)

@@ -298,7 +298,7 @@ class TreeWatch:
             if info is None:
                 continue
             seen = self.checked_in((str(pid), info[2]), program(pid))
-            what = "checked in" if seen else "a Python that has not checked in yet" if is_python(pid) else "not Python"
+            what = "checked in" if seen else "a Python that has not checked in yet" if is_python(pid) else "not Python now"
             self.outliving[pid] = f"pid {pid} `{shown_command(pid)}` ({what})"
         if not self.outliving:
             return ""
