@@ -11,6 +11,7 @@ launch names is refused by the pre-flight before it runs, tests/test_launch_pref
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import textwrap
@@ -305,6 +306,7 @@ def test_an_exec_in_place_into_a_python_without_the_hook_stops_the_launch_naming
     assert len(stop) == 1, done.stderr[-4000:]
     assert "then replaced its program in place (exec) with" in stop[0] and "-I trainer/train_variant.py" in stop[0]
     assert "started with -I" in stop[0], stop[0]
+    assert re.search(r"it checked in as .*-c .*import os, sys; os.execv.*, then replaced", stop[0]), stop[0]
 
 
 def test_a_process_that_outlives_the_top_process_without_checking_in_is_named_and_stopped(stand_in):
@@ -332,6 +334,32 @@ def test_a_checked_in_process_that_outlives_the_top_process_is_waited_for(stand_
     assert re.search(r"the \d+ process(es)? that outlived the launch's top process ended\n", done.stderr)
     steps = markers(upstream)
     assert len(steps) == STEPS and all(step["layer"] and step["advantages"] == PATCHED_ADVANTAGES for step in steps)
+
+
+def test_a_signal_while_the_launch_waits_for_what_outlived_its_top_process_stops_it(stand_in):
+    upstream, env = stand_in
+    script = upstream / "launch.sh"
+    script.write_text("python trainer/train.py --out steps\nsleep 600 &\n")
+    wrapper = subprocess.Popen([str(REPO / "scripts" / "otca_run.sh"), str(script), "--otca"], cwd=upstream, env=env,
+                               stderr=subprocess.PIPE, text=True)
+    try:
+        lines = []
+        for line in wrapper.stderr:  # until the launch says what outlived its top process
+            lines.append(line)
+            if "the launch's top process ended" in line:
+                break
+        waiting = [int(pid) for pid in re.findall(r"pid (\d+) `", lines[-1])]
+        assert waiting, "".join(lines)
+        time.sleep(1)
+        wrapper.send_signal(signal.SIGTERM)
+        rest = wrapper.stderr.read()
+        assert wrapper.wait(timeout=120) == 128 + signal.SIGTERM, rest
+    finally:
+        wrapper.kill()
+    assert "error: stopped by SIGTERM while processes that outlived the launch's top process still ran" in rest
+    for pid in waiting:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
 
 
 EXEC_PROBE = textwrap.dedent('''\
