@@ -10,9 +10,12 @@ guard stops each at its first step. (Those launches build their script's path at
 launch names is refused by the pre-flight before it runs, tests/launch/test_launch_preflight.py.)"""
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -233,3 +236,169 @@ def test_the_module_a_launcher_runs_is_resolved_without_importing_it(tmp_path):
     found, missing, package = done.stdout.split()
     assert found == str(tmp_path / "pkg" / "mod.py") and missing == "None"
     assert package.endswith(os.path.join("json", "__main__.py")) or package == "None"
+
+
+# ---- what the watch sees: forks, execs in place, processes that outlive the launch's top process
+
+DATALOADER = textwrap.dedent('''\
+    import time
+    import torch.utils.data
+
+    class Slow(torch.utils.data.Dataset):
+        """Each item costs 0.15 s of CPU: a worker uses more than the watch's CPU grace."""
+        def __len__(self):
+            return 12
+        def __getitem__(self, index):
+            started = time.process_time()
+            while time.process_time() - started < 0.15:
+                pass
+            time.sleep(0.2)
+            return index
+
+    def load(context):
+        return [int(batch) for batch in torch.utils.data.DataLoader(
+            Slow(), num_workers=2, batch_size=1, multiprocessing_context=context)]
+
+''')
+
+
+@pytest.mark.parametrize("context", ["fork", "spawn", "forkserver"])
+def test_a_patched_trainer_whose_dataloader_starts_workers_trains_to_its_end(stand_in, context):
+    """DataLoader workers are forks of the patched trainer (or, under spawn and forkserver, fresh
+    interpreters the start-up hook reaches): the launch's own, never stopped by the watch."""
+    upstream, env = stand_in
+    trainer = upstream / "trainer" / "train.py"
+    source = trainer.read_text()
+    trainer.write_text(source.replace("def main():", DATALOADER + "def main():\n"
+                                      f"    assert sorted(load({context!r})) == list(range(12))", 1))
+    done = launch(upstream, env, "python trainer/train.py --out steps", "--otca")
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert "never checked in" not in done.stderr
+    steps = markers(upstream)
+    assert len(steps) == STEPS and all(step["layer"] for step in steps), done.stderr[-4000:]
+
+
+def test_a_fork_of_a_process_the_layer_did_not_patch_is_still_stopped_at_its_first_step(stand_in):
+    upstream, env = stand_in
+    variant = derivative(upstream)
+    variant.write_text(variant.read_text().replace('if __name__ == "__main__":\n    main()',
+                       'if __name__ == "__main__":\n    import multiprocessing\n'
+                       '    child = multiprocessing.get_context("fork").Process(target=main)\n'
+                       '    child.start()\n    child.join()\n    sys.exit(child.exitcode)'))
+    done = launch(upstream, env, "v=variant; python trainer/train_$v.py --out steps", "--otca")
+    assert done.returncode != 0
+    assert markers(upstream) == [], "no optimizer step may complete without the layer"
+    stop = [l for l in done.stderr.splitlines() if l.startswith("otca-patch launch: error: ") and "optimizer step" in l]
+    assert stop and "trainer/train_variant.py (pid" in stop[0], done.stderr[-4000:]
+    assert "never checked in" not in done.stderr, "the fork checked in: the step guard stops it, not the watch"
+
+
+def test_an_exec_in_place_into_a_python_without_the_hook_stops_the_launch_naming_the_exec(stand_in):
+    upstream, env = stand_in
+    derivative(upstream)
+    exec_variant = ("python -c 'import os, sys; os.execv(sys.executable, "
+                    "[sys.executable, \"-I\", \"trainer/train_variant.py\", \"--out\", \"steps\"])'")
+    done = launch(upstream, env, f"python trainer/train.py --out steps; {exec_variant}", "--otca")
+    assert done.returncode == 2, done.stderr[-4000:]
+    steps = markers(upstream)
+    assert len(steps) == STEPS and all(step["layer"] for step in steps), "only the patched run stepped"
+    stop = [l for l in done.stderr.splitlines() if "never checked in with the layer" in l]
+    assert len(stop) == 1, done.stderr[-4000:]
+    assert "then replaced its program in place (exec) with" in stop[0] and "-I trainer/train_variant.py" in stop[0]
+    assert "started with -I" in stop[0], stop[0]
+    assert re.search(r"it checked in as .*-c .*import os, sys; os.execv.*, then replaced", stop[0]), stop[0]
+
+
+def test_a_process_that_outlives_the_top_process_without_checking_in_is_named_and_stopped(stand_in):
+    upstream, env = stand_in
+    derivative(upstream)
+    background = "nohup env PYTHONPATH=/nowhere python trainer/train_variant.py --out steps > /dev/null 2>&1 &"
+    done = launch(upstream, env, f"python trainer/train.py --out steps; {background}", "--otca")
+    assert done.returncode == 2, done.stderr[-4000:]
+    assert "the launch's top process ended (status 0) while 1 process it started still runs: pid" in done.stderr
+    stop = [l for l in done.stderr.splitlines() if "never checked in with the layer" in l]
+    assert len(stop) == 1 and "trainer/train_variant.py" in stop[0], done.stderr[-4000:]
+    assert "PYTHONPATH=/nowhere" in stop[0] and "still running after the launch's top process had ended" in stop[0]
+    time.sleep(5)  # the stopped process is gone: it takes no step once the launch has returned
+    steps = markers(upstream)
+    assert len(steps) == STEPS and all(step["layer"] for step in steps), steps
+
+
+def test_a_checked_in_process_that_outlives_the_top_process_is_waited_for(stand_in):
+    upstream, env = stand_in
+    done = launch(upstream, env, "(sleep 1; python trainer/train.py --out steps) > /dev/null 2>&1 &", "--otca")
+    assert done.returncode == 0, done.stderr[-4000:]
+    # the subshell, with its sleep or the trainer once the launch script's shell has forked them
+    assert re.search(r"the launch's top process ended \(status 0\) while \d+ process(es)? it started still runs?: "
+                     r"pid \d+ `bash ", done.stderr), done.stderr[-4000:]
+    assert re.search(r"the \d+ process(es)? that outlived the launch's top process ended\n", done.stderr)
+    steps = markers(upstream)
+    assert len(steps) == STEPS and all(step["layer"] and step["advantages"] == PATCHED_ADVANTAGES for step in steps)
+
+
+def test_a_signal_while_the_launch_waits_for_what_outlived_its_top_process_stops_it(stand_in):
+    upstream, env = stand_in
+    script = upstream / "launch.sh"
+    script.write_text("python trainer/train.py --out steps\nsleep 600 &\n")
+    wrapper = subprocess.Popen([str(REPO / "scripts" / "otca_run.sh"), str(script), "--otca"], cwd=upstream, env=env,
+                               stderr=subprocess.PIPE, text=True)
+    try:
+        lines = []
+        for line in wrapper.stderr:  # until the launch says what outlived its top process
+            lines.append(line)
+            if "the launch's top process ended" in line:
+                break
+        waiting = [int(pid) for pid in re.findall(r"pid (\d+) `", lines[-1])]
+        assert waiting, "".join(lines)
+        time.sleep(1)
+        wrapper.send_signal(signal.SIGTERM)
+        rest = wrapper.stderr.read()
+        assert wrapper.wait(timeout=120) == 128 + signal.SIGTERM, rest
+    finally:
+        wrapper.kill()
+    assert "error: stopped by SIGTERM while processes that outlived the launch's top process still ran" in rest
+    for pid in waiting:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
+EXEC_PROBE = textwrap.dedent('''\
+    import importlib.util, os, sys, time
+    spec = importlib.util.spec_from_file_location("hook", sys.argv[1])
+    hook = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hook)  # no $OTCA_PATCH_ARGS: it checks nothing in
+    fork = os.fork()
+    if fork == 0:
+        time.sleep(60)
+        os._exit(0)
+    print(hook._program(), fork, flush=True)
+    sys.stdin.readline()
+    os.execv(sys.executable, [sys.executable, "-c", "import time; time.sleep(60)"])
+''')
+
+
+def test_the_watch_reads_the_program_digest_the_hook_writes_a_fork_keeps_it_and_an_exec_changes_it():
+    sys.path.insert(0, str(REPO))
+    from otca_patch.launch import watch
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTCA_PATCH_")}
+    probe = subprocess.Popen([sys.executable, "-c", EXEC_PROBE, str(REPO / "otca_patch/launch/startup/sitecustomize.py")],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+    fork = None
+    try:
+        written, fork = probe.stdout.readline().split()
+        assert written and watch.program(probe.pid) == written
+        assert watch.program(int(fork)) == written, "a fork runs the same program"
+        probe.stdin.write("\n")
+        probe.stdin.flush()
+        for _ in range(600):  # a hang guard: until the exec has happened
+            if watch.command_line(probe.pid)[-1:] == ["import time; time.sleep(60)"]:
+                break
+            time.sleep(0.1)
+        assert watch.program(probe.pid) not in ("", written), "an exec in place is a new program"
+        assert watch.stat(probe.pid)[0] != "Z"
+    finally:
+        probe.kill()
+        probe.wait()
+        if fork is not None:
+            os.kill(int(fork), 9)
