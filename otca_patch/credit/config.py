@@ -5,8 +5,10 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Optional, Sequence
 
-#: Credit modes: the paper's Table 4 ablations plus the peers' baselines (spec section 5).
-MODES = ("otca", "moca", "tcd", "multi_grpo", "gdpo", "sum")
+from . import modes
+
+#: The modes ``--otca_mode`` offers (``modes.py``: the paper's Table 4 ablations plus the peers' baselines).
+MODES = modes.names(launchable=True)
 #: Where the std that normalises rewards is taken: each group's (the spec) or the whole batch's.
 STD_SCOPES = ("group", "batch")
 #: Whose step shares set TCD's step weights: each sample's own (the spec) or the batch's mean (spec 1.6).
@@ -20,15 +22,12 @@ EXPLORE_SCALES = ("absolute", "max_advantage")
 #: (the spec), or to unit std over a running window of recent rewards (App. A.5's rescaling).
 REWARD_SCALES = ("group", "window")
 #: Comparison methods (docs/credit.md section 8; not OTCA): library options only, not ``--otca_mode``
-#: values, because their inputs (predicted clean samples, the sampler's noise per step) are not
-#: captured by any trainer's hooks yet.
-PEER_MODES = ("coca", "tempflow")
+#: values, because no trainer's hooks capture their inputs yet.
+PEER_MODES = modes.names(launchable=False)
 #: The largest objective weight: the weights scale the advantages, which trainers keep in float32
 #: (max 3.4e38). A normalised advantage stays below sqrt(B) per objective, so even T = 1e3 steps,
 #: K = 1e2 objectives and B = 1e6 samples leave weights up to 1e20 far from overflow.
 MAX_OBJECTIVE_WEIGHT = 1e20
-#: Modes that multiply the combined advantage by TCD's step weights.
-STEP_WEIGHTED_MODES = frozenset({"otca", "tcd"})
 
 
 @dataclass(frozen=True)
@@ -138,7 +137,7 @@ class CreditConfig:
     @property
     def step_weighted(self) -> bool:
         """Whether the mode spreads the combined advantage over steps by TCD's weights."""
-        return self.mode in STEP_WEIGHTED_MODES
+        return modes.get(self.mode).step_weighted
 
     def to_dict(self) -> dict:
         """Plain-JSON form (for run logs); ``CreditConfig(**d)`` rebuilds it."""
