@@ -81,9 +81,10 @@ class CreditConfig:
     coca_window: int = 1
 
     def __post_init__(self) -> None:
-        if self.mode not in MODES + PEER_MODES:
-            raise ValueError(f"mode: unknown credit mode {self.mode!r}; valid modes are {', '.join(MODES)} "
-                             f"(and the comparison methods {', '.join(PEER_MODES)})")
+        if self.mode not in modes.names():
+            raise ValueError(f"mode: unknown credit mode {self.mode!r}; valid modes are "
+                             f"{', '.join(modes.names(launchable=True))} (and the comparison methods "
+                             f"{', '.join(modes.names(launchable=False))})")
         _check_finite("coca_alpha", self.coca_alpha)
         if not 0.0 <= self.coca_alpha <= 1.0:
             raise ValueError(f"coca_alpha: must lie in [0, 1], got {self.coca_alpha}")
