@@ -10,6 +10,8 @@ step weights reported with them ``[B, T]``. The decorator declares what nothing 
 - ``step_weighted``: ``Shared.per_step`` is TCD's weights (else ones), so ``Shared.spread`` applies them;
 - ``fuses``: the combined advantage is MOCA's fused one (the objectives mixed, not summed);
 - ``whole_batch_std``: the mode divides by a std over the whole batch (group sizes are checked for it);
+- ``vanilla``: the credit a vanilla upstream trainer computes itself (one summed reward, normalised per
+  group): where a target's vanilla path differs from the engine by rounding, it follows upstream's;
 - ``launchable``: a value of ``--otca_mode``; ``False`` for a library-only comparison method whose
   inputs no trainer hook captures (docs/credit.md section 8);
 - ``title``: the mode in one phrase (the demo's tables).
@@ -96,13 +98,15 @@ class Mode:
     whole_batch_std: bool = False
     launchable: bool = True
     title: str = ""
+    vanilla: bool = False
 
 
 _REGISTRY: dict = {}
 
 
 def register_mode(name: str, *, needs=(), step_weighted: bool = False, fuses: bool = False,
-                  whole_batch_std: bool = False, launchable: bool = True, title: str = "") -> Callable:
+                  whole_batch_std: bool = False, launchable: bool = True, title: str = "",
+                  vanilla: bool = False) -> Callable:
     """Decorator: register ``function(Shared) -> Assigned`` as credit mode ``name`` with its facts."""
     unknown = [item for item in needs if item not in INPUTS]
     if unknown:
@@ -113,7 +117,7 @@ def register_mode(name: str, *, needs=(), step_weighted: bool = False, fuses: bo
         if name in _REGISTRY:
             raise ValueError(f"credit mode {name}: registered twice")
         _REGISTRY[name] = Mode(name, function, tuple(needs), step_weighted, fuses, whole_batch_std, launchable,
-                               title)
+                               title, vanilla)
         return function
     return register
 
@@ -170,7 +174,7 @@ def gdpo(x: Shared) -> Assigned:
     return x.spread(group_normalize(summed, whole_batch, 1, config.std_correction, config.adv_eps))
 
 
-@register_mode("sum", title="Vanilla DanceGRPO (summed reward)")
+@register_mode("sum", vanilla=True, title="Vanilla DanceGRPO (summed reward)")
 def sum_of_rewards(x: Shared) -> Assigned:
     """One scalar reward, ``rewards @ objective_weights``, normalised per group (vanilla DanceGRPO)."""
     from .groups import group_normalize

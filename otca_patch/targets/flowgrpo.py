@@ -10,7 +10,7 @@ import torch
 
 
 from .. import rank_check
-from ..credit import similarity_to_final, step_progress
+from ..credit import modes, similarity_to_final, step_progress
 from ..invariants import TrainedStepCheck
 from ..objective_set import UpstreamRewards
 from .base import Runtime
@@ -116,10 +116,10 @@ class FlowGrpoRuntime(Runtime):
     # ---- hook: zero_advantage_filter (main, upstream's mask of the rows to train)
     def rows_to_train(self, mask: torch.Tensor) -> torch.Tensor:
         """Upstream's mask ``[B]`` (rows with a nonzero advantage, on the advantages trained), except
-        in ``sum`` mode, vanilla's credit for A/B parity: there the rows vanilla keeps. Upstream's
+        in a mode that is vanilla's credit (``sum``), for A/B parity: there the rows vanilla keeps. Upstream's
         ``(r - mean) / (std + 1e-4)`` leaves ~1e-13 in a constant group (kept) where the layer
         computes exactly 0 (dropped), so the mask of upstream's own advantages decides."""
-        if self.observing or self.credit_config.mode != "sum" or self.upstream_advantages is None:
+        if self.observing or not modes.get(self.credit_config.mode).vanilla or self.upstream_advantages is None:
             return mask
         return self.upstream_advantages.abs().sum(dim=1) != 0
 
