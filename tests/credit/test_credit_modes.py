@@ -9,7 +9,7 @@ import torch
 from otca_patch.credit import MODES, PEER_MODES, CreditConfig, compute_credit, credit_from_progress, modes
 from otca_patch.credit.modes import Assigned, register_mode
 
-ENGINE = Path(__file__).resolve().parents[1] / "otca_patch" / "credit" / "engine.py"
+ENGINE = Path(__file__).resolve().parents[2] / "otca_patch" / "credit" / "engine.py"
 
 
 @pytest.fixture
