@@ -27,6 +27,12 @@ class Plan:
     # flags for the --otca run after `--otca --otca_log_dir RUN/otca`, which the runner adds itself
     otca_flags: list[str] = field(default_factory=list)
     timeout_s: float = 1800.0  # hang guard for one run
+    # run folder -> where this run's command runs, made ready by the family module (a per-run copy of
+    # the checkout, for an upstream that writes into its working directory); None: ``cwd``
+    run_cwd: Callable[[Path], Path] | None = None
+    # run folder -> optimizer steps the run took, read from upstream's own output; None: the runner
+    # counts the steps of the --otca run's run log (every rank must log each of them)
+    steps_taken: Callable[[Path], int] | None = None
 
     def __post_init__(self) -> None:
         if self.ranks < 1:
@@ -38,5 +44,9 @@ class Plan:
             )
         if self.steps < 1:
             raise ValueError(f"Plan {self.target}: steps must be at least 1, not {self.steps}")
-        if "--otca" in self.otca_flags:
+        if any(flag == "--otca" for flag in self.otca_flags):
             raise ValueError(f"Plan {self.target}: otca_flags must not repeat --otca (the runner adds it)")
+
+    def where(self, run: Path) -> Path:
+        """The folder this run's command runs in."""
+        return self.run_cwd(run) if self.run_cwd is not None else self.cwd
