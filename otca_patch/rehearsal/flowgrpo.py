@@ -1,0 +1,246 @@
+"""The FlowGRPO family of the launch rehearsal: upstream's own ``scripts/train_*.py`` started by the
+launch upstream's scripts use (``accelerate launch --config_file scripts/accelerate_configs/...`` for
+SD3 and FLUX, ``torchrun --standalone`` with torch FSDP for Qwen-Image) on 2 processes, with
+``--config`` naming upstream's own named config (``config/grpo.py:NAME``) shrunk to CPU sizes.
+
+Each run works in its own copy of the checkout (upstream writes ``wandb/`` and its checkpoints under
+its working directory). What the checks read is what upstream itself writes: wandb's offline run file
+(every ``wandb.log`` of rank 0: losses and rewards, one record per optimizer step with ``loss``) and
+the checkpoint folders ``save_ckpt`` / ``save_fsdp_checkpoint`` write.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import sys
+import tarfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from .plan import Plan
+
+TARGETS = ("flowgrpo-sd3", "flowgrpo-flux", "flowgrpo-qwenimage")
+RANKS = 2
+EPOCHS = 3  # one optimizer step per epoch at these sizes (one sample batch, gradients accumulated over its steps)
+SAVE_FREQ = 2  # a checkpoint after 2 optimizer steps, inside the 3 epochs
+#: the loss and reward keys of upstream's ``wandb.log`` calls that the vanilla comparison reads
+METRIC_PREFIXES = ("reward_", "eval_reward_")
+METRIC_SUFFIXES = ("loss",)
+PINNED, NEWER = "ac4c86e", "9745241"
+
+
+@dataclass(frozen=True)
+class Target:
+    """One FlowGRPO trainer as upstream launches it."""
+
+    commit: str
+    script: str
+    named_config: str  # config/grpo.py:NAME of upstream's launch script
+    model: str  # what upstream's config loads, for the replacement line
+    model_folder: str
+    build_model: Callable[[Path], Path]
+    sizes: Callable[[], object]  # the smoke's sizes of this trainer
+    overrides: Callable[[object, Path, Path], dict]  # sizes, dataset, model -> config keys
+    launcher: str  # "accelerate" or "torchrun"
+    workers: int  # the most DataLoader workers upstream's script gives a loader this run iterates
+    extra: list[str] = field(default_factory=list)  # replacements of this trainer only
+
+
+def _sd3() -> Target:
+    from ..smoke import flowgrpo_sd3
+    from ..smoke.flowgrpo import config_overrides
+    from ..smoke.tiny_sd3 import build_tiny_sd3
+
+    return Target(PINNED, flowgrpo_sd3.UPSTREAM_FILE, "general_ocr_sd3_1gpu", "stabilityai/stable-diffusion-3.5-medium",
+                  "tiny_sd3", build_tiny_sd3, flowgrpo_sd3.Sizes, config_overrides, "accelerate", 8)
+
+
+def _flux() -> Target:
+    from ..smoke import flowgrpo_flux
+    from ..smoke.flowgrpo import common_overrides
+    from ..smoke.tiny_flux import build_tiny_flux
+
+    return Target(NEWER, flowgrpo_flux.TRAINER.upstream_file, "pickscore_flux_8gpu", "black-forest-labs/FLUX.1-dev",
+                  "tiny_flux", build_tiny_flux, flowgrpo_flux.Sizes, common_overrides, "accelerate", 8,
+                  ["accelerate config: scripts/accelerate_configs/multi_gpu.yaml (DDP) for upstream's "
+                   "deepspeed_zero2.yaml: DeepSpeed needs CUDA and is not installed here"])
+
+
+def _qwenimage() -> Target:
+    from ..smoke import flowgrpo_qwenimage
+    from ..smoke.flowgrpo import common_overrides
+    from ..smoke.tiny_qwenimage import build_tiny_qwenimage
+
+    def overrides(sizes, dataset, model):
+        return {**common_overrides(sizes, dataset, model), **flowgrpo_qwenimage.overrides(sizes)}
+
+    # evaluation runs at epochs > 0 only, and the config's epoch stop asks before it: the run iterates
+    # the training loader (1 worker), not the 8-worker test loader
+    return Target(NEWER, flowgrpo_qwenimage.TRAINER.upstream_file, "pickscore_qwenimage_8gpu", "Qwen/Qwen-Image",
+                  "tiny_qwenimage", build_tiny_qwenimage, flowgrpo_qwenimage.Sizes, overrides, "torchrun", 1,
+                  ["activation checkpointing and FSDP optimizer offload off (config keys; the smoke's CPU sizes)"])
+
+
+TARGET_BUILDERS = {"flowgrpo-sd3": _sd3, "flowgrpo-flux": _flux, "flowgrpo-qwenimage": _qwenimage}
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def checkout(commit: str, work: Path) -> Path:
+    """FlowGRPO's checkout at ``commit``: ``$OTCA_UPSTREAM_FLOW_GRPO`` (pinned) or
+    ``$OTCA_UPSTREAM_FLOW_GRPO_<COMMIT>``, else its snapshot unpacked into ``work``."""
+    variable = "OTCA_UPSTREAM_FLOW_GRPO" + ("" if commit == PINNED else f"_{commit}")
+    if os.environ.get(variable):
+        return Path(os.environ[variable]).resolve()
+    repo = Path(__file__).resolve().parents[2]
+    for archive in (repo.parent / "shared" / "upstream" / f"flow_grpo-{commit}.tar.gz",
+                    repo / ".gpu-payload" / "upstream" / f"flow_grpo-{commit}.tar.gz"):
+        if archive.is_file():
+            target = work / f"flow_grpo-{commit}"
+            if not (target / "flow_grpo" / "scripts").is_dir():
+                with tarfile.open(archive) as tar:
+                    tar.extractall(target, filter="data")
+            return target / "flow_grpo"
+    raise FileNotFoundError(f"no FlowGRPO checkout at {commit}: set {variable} or put flow_grpo-{commit}.tar.gz "
+                            f"in {repo.parent / 'shared' / 'upstream'}")
+
+
+def qwen_transformers() -> str | None:
+    """A folder holding transformers >= 4.49 (Qwen2.5-VL) to put first on PYTHONPATH, when the installed
+    one is older: ``$OTCA_QWEN_TRANSFORMERS``, else ``<venv>/qwen-transformers`` (scripts/setup.sh)."""
+    import importlib.util
+
+    if importlib.util.find_spec("transformers.models.qwen2_5_vl") is not None:
+        return None
+    folder = Path(os.environ.get("OTCA_QWEN_TRANSFORMERS") or Path(sys.prefix) / "qwen-transformers")
+    if not (folder / "transformers").is_dir():
+        raise FileNotFoundError(f"FlowGRPO's Qwen-Image trainer needs transformers >= 4.49 and {folder} has none: "
+                                "run scripts/setup.sh or set OTCA_QWEN_TRANSFORMERS")
+    return str(folder)
+
+
+def wandb_history(run_cwd: Path) -> list[dict]:
+    """Every ``wandb.log`` record of the run's one offline wandb run, in order: {key: value}."""
+    from wandb.proto import wandb_internal_pb2
+    from wandb.sdk.internal.datastore import DataStore
+
+    files = sorted(run_cwd.glob("wandb/offline-run-*/run-*.wandb"))
+    if len(files) != 1:
+        raise FileNotFoundError(f"expected one offline wandb run under {run_cwd / 'wandb'}, found {len(files)}")
+    store = DataStore()
+    store.open_for_scan(str(files[0]))
+    history = []
+    while (data := store.scan_data()) is not None:
+        record = wandb_internal_pb2.Record()
+        record.ParseFromString(data)
+        if record.WhichOneof("record_type") == "history":
+            history.append({item.key or "/".join(item.nested_key): json.loads(item.value_json)
+                            for item in record.history.item})
+    return history
+
+
+def logged_metrics(history: list[dict]) -> list[float]:
+    """The losses and rewards of ``history``, record by record, keys sorted within a record."""
+    return [float(record[key]) for record in history for key in sorted(record)
+            if key.startswith(METRIC_PREFIXES) or key.endswith(METRIC_SUFFIXES)]
+
+
+def optimizer_steps(history: list[dict]) -> int:
+    """Upstream logs ``info`` (with ``loss``) once per optimizer step (``accelerator.sync_gradients``)."""
+    return sum(1 for record in history if "loss" in record)
+
+
+def checkpoint_after_training(run_cwd: Path) -> bool:
+    """A ``checkpoint-N`` folder with N >= 1 (saved after training steps) that holds safetensors weights
+    (``save_ckpt``: LoRA under ``checkpoints/checkpoint-N/lora``; ``save_fsdp_checkpoint``: ``model.safetensors``)."""
+    for folder in run_cwd.glob("**/checkpoint-*"):
+        step = folder.name.removeprefix("checkpoint-")
+        if step.isdigit() and int(step) >= 1 and any(folder.rglob("*.safetensors")):
+            return True
+    return False
+
+
+def plan(target: str, work: Path, device: str) -> Plan:
+    if target not in TARGET_BUILDERS:
+        raise ValueError(f"unknown FlowGRPO rehearsal target {target!r}; known: {', '.join(TARGETS)}")
+    spec = TARGET_BUILDERS[target]()
+    work = Path(work).resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    source = checkout(spec.commit, work)
+    model = spec.build_model(work / spec.model_folder)
+    dataset = work / "dataset"
+    dataset.mkdir(exist_ok=True)
+    from ..smoke.flowgrpo import write_prompt_lists
+
+    write_prompt_lists(dataset)
+    sizes = spec.sizes()
+    sizes.steps = EPOCHS
+    overrides = {**spec.overrides(sizes, dataset, model), "save_freq": SAVE_FREQ}
+    # upstream's named config keeps its own save_dir (under logs/), relative to the run's checkout copy
+    overrides.pop("logdir", None)
+    on_cpu = device == "cpu"
+    if on_cpu:
+        overrides["mixed_precision"] = "no"
+    else:
+        overrides.pop("mixed_precision", None)
+    stand_ins = ([] if not on_cpu else ["accelerate_on_cpu"] if spec.launcher == "accelerate" else ["fsdp_on_cpu"])
+
+    def run_cwd(run: Path) -> Path:
+        copy = Path(run).resolve() / "flow_grpo"
+        if not copy.is_dir():
+            shutil.copytree(source, copy, ignore=shutil.ignore_patterns(".git", "wandb", "logs"))
+        return copy
+
+    def command(run: Path) -> list[str]:
+        run = Path(run).resolve()
+        run.mkdir(parents=True, exist_ok=True)
+        settings = run / "rehearsal_settings.json"
+        settings.write_text(json.dumps({"upstream_dir": str(run_cwd(run)), "named": ["config/grpo.py", spec.named_config],
+                                        "epochs": EPOCHS, "overrides": overrides, "stand_ins": stand_ins}, indent=2))
+        config = run / "rehearsal_config.py"
+        config.write_text("from otca_patch.rehearsal.flowgrpo_config import get_config  # noqa: F401\n")
+        port = str(_free_port())
+        if spec.launcher == "accelerate":
+            launch = ["accelerate", "launch", "--config_file", "scripts/accelerate_configs/multi_gpu.yaml",
+                      "--num_processes", str(RANKS), "--main_process_port", port]
+        else:
+            launch = ["torchrun", "--standalone", f"--nproc_per_node={RANKS}", f"--master_port={port}"]
+        return [*launch, spec.script, "--config", f"{config}:{settings}"]
+
+    paths = [qwen_transformers()] if spec.launcher == "torchrun" else []
+    env = {"PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
+           "PYTHONPATH": os.pathsep.join([*filter(None, paths), "."]),
+           "WANDB_MODE": "offline", "HF_HUB_OFFLINE": "1"}
+    replacements = [
+        f"model: a tiny pipeline in diffusers' layout, {model} (config.pretrained.model; upstream: {spec.model})",
+        f"config: upstream's config/grpo.py:{spec.named_config} with CPU sizes (resolution {sizes.resolution}, "
+        f"{sizes.num_steps} sampling steps, {sizes.batch_size} images per process, {sizes.num_image_per_prompt} per "
+        f"prompt, {EPOCHS} epochs ended by the config's eval_freq, save_freq {SAVE_FREQ}, KL term and EMA off)",
+        "reward: upstream's jpeg_compressibility, which needs no downloaded model, for the named config's rewards",
+        "dataset: the prompt lists train.txt / test.txt in upstream's general_ocr layout",
+        "flow_grpo imported from the checkout by PYTHONPATH=. (upstream: pip install -e .)",
+        "wandb offline (WANDB_MODE=offline; no network); HF_HUB_OFFLINE=1",
+        "port: a free one (upstream's scripts fix one)",
+        *spec.extra,
+    ]
+    if on_cpu:
+        replacements.append("mixed precision: no (config.mixed_precision; upstream: fp16/bf16 on GPUs)")
+        replacements.append(
+            "process group: gloo on the CPU, accelerate's MULTI_CPU (ACCELERATE_USE_CPU, set by the config)"
+            if spec.launcher == "accelerate" else
+            "upstream's init_distributed / fsdp_wrapper on the CPU (set by the config): nccl -> gloo, "
+            "torch.cuda.set_device a no-op, FSDP's device_id the CPU")
+    if paths and paths[0]:
+        replacements.append(f"transformers >= 4.49 (Qwen2.5-VL) first on PYTHONPATH: {paths[0]}")
+    return Plan(target=target, cwd=source, command=command, env=env, ranks=RANKS, dataloader_workers=spec.workers,
+                steps=EPOCHS, replacements=replacements,
+                metrics=lambda run: logged_metrics(wandb_history(run_cwd(run))),
+                checkpoint_saved=lambda run: checkpoint_after_training(run_cwd(run)),
+                run_cwd=run_cwd, steps_taken=lambda run: optimizer_steps(wandb_history(run_cwd(run))))
