@@ -14,6 +14,7 @@ import json
 import os
 import shutil
 import socket
+import subprocess
 import sys
 import tarfile
 from dataclasses import dataclass, field
@@ -126,6 +127,18 @@ def qwen_transformers() -> str | None:
     return str(folder)
 
 
+def build_model(spec: Target, folder: Path, paths: list[str]) -> Path:
+    """The tiny pipeline folder; built in a child process when it needs ``paths`` first on the path
+    (a newer transformers than this process imported)."""
+    if not paths:
+        return spec.build_model(folder)
+    module, name = spec.build_model.__module__, spec.build_model.__name__
+    code = f"import sys; from {module} import {name}; {name}(sys.argv[1])"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([*paths, os.environ.get("PYTHONPATH", "")])}
+    subprocess.run([sys.executable, "-c", code, str(folder)], env=env, check=True)
+    return folder
+
+
 def wandb_history(run_cwd: Path) -> list[dict]:
     """Every ``wandb.log`` record of the run's one offline wandb run, in order: {key: value}."""
     from wandb.proto import wandb_internal_pb2
@@ -174,7 +187,8 @@ def plan(target: str, work: Path, device: str) -> Plan:
     work = Path(work).resolve()
     work.mkdir(parents=True, exist_ok=True)
     source = checkout(spec.commit, work)
-    model = spec.build_model(work / spec.model_folder)
+    paths = [path for path in [qwen_transformers()] if path] if spec.launcher == "torchrun" else []
+    model = build_model(spec, work / spec.model_folder, paths)
     dataset = work / "dataset"
     dataset.mkdir(exist_ok=True)
     from ..smoke.flowgrpo import write_prompt_lists
@@ -214,9 +228,8 @@ def plan(target: str, work: Path, device: str) -> Plan:
             launch = ["torchrun", "--standalone", f"--nproc_per_node={RANKS}", f"--master_port={port}"]
         return [*launch, spec.script, "--config", f"{config}:{settings}"]
 
-    paths = [qwen_transformers()] if spec.launcher == "torchrun" else []
     env = {"PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
-           "PYTHONPATH": os.pathsep.join([*filter(None, paths), "."]),
+           "PYTHONPATH": os.pathsep.join([*paths, "."]),
            "WANDB_MODE": "offline", "HF_HUB_OFFLINE": "1"}
     replacements = [
         f"model: a tiny pipeline in diffusers' layout, {model} (config.pretrained.model; upstream: {spec.model})",
@@ -237,7 +250,7 @@ def plan(target: str, work: Path, device: str) -> Plan:
             if spec.launcher == "accelerate" else
             "upstream's init_distributed / fsdp_wrapper on the CPU (set by the config): nccl -> gloo, "
             "torch.cuda.set_device a no-op, FSDP's device_id the CPU")
-    if paths and paths[0]:
+    if paths:
         replacements.append(f"transformers >= 4.49 (Qwen2.5-VL) first on PYTHONPATH: {paths[0]}")
     return Plan(target=target, cwd=source, command=command, env=env, ranks=RANKS, dataloader_workers=spec.workers,
                 steps=EPOCHS, replacements=replacements,
