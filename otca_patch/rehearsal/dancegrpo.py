@@ -19,9 +19,10 @@ from .standins import PINNED_STRUCTURE, REPLACEMENTS_CPU, TINY_HPS_CONFIG_VARIAB
 TARGETS = ("dancegrpo-flux",)
 RANKS = 2
 STARTUP = Path(__file__).resolve().parent / "startup"
-#: upstream's numbers the CPU cannot afford -> the rehearsal's (each is stated as a replacement)
-FLUX_SMALL = {"--max_train_steps": "3", "--checkpointing_steps": "2", "--h": "32", "--w": "32",
-              "--sampling_steps": "4", "--num_generations": "4"}
+#: upstream's numbers the CPU cannot afford -> the rehearsal's (each is stated as a replacement); its
+#: 12 generations and 16 sampling steps are kept: 3 optimizer steps per training step, and DataLoader
+#: workers that live through more than 10 s of training
+FLUX_SMALL = {"--max_train_steps": "2", "--checkpointing_steps": "2", "--h": "32", "--w": "32"}
 #: the prompts the tiny text encoders embed (the tiny T5 knows only their words)
 from ..smoke.sizes import IMAGE_PROMPTS  # noqa: E402
 
@@ -157,18 +158,18 @@ def flux_plan(work: Path, device: str) -> Plan:
         # rank 0 prints one "final loss" per sample; upstream steps its optimizer every
         # gradient_accumulation_steps samples
         losses = [line for line in _lines(run / "stdout.log") if line.startswith("final loss ")]
-        accumulation = int(words[words.index("--gradient_accumulation_steps") + 1])
+        accumulation = int(_value(words, "--gradient_accumulation_steps"))
         return len(losses) // accumulation
 
     def checkpoint_saved(run: Path) -> bool:
         saved = run / "DanceGRPO" / "data" / "outputs" / "grpo" / "checkpoint-2-0"
         return (saved / "diffusion_pytorch_model.safetensors").is_file() and (saved / "config.json").is_file()
 
-    per_sample = int(FLUX_SMALL["--num_generations"]) // int(words[words.index("--gradient_accumulation_steps") + 1])
+    per_sample = int(_value(words, "--num_generations")) // int(_value(words, "--gradient_accumulation_steps"))
     return Plan(
         target="dancegrpo-flux", cwd=checkout, command=lambda run: launch(words),
         env=environment(device, {TINY_HPS_CONFIG_VARIABLE: str(hps_config)}), ranks=RANKS,
-        dataloader_workers=int(words[words.index("--dataloader_num_workers") + 1]),
+        dataloader_workers=int(_value(words, "--dataloader_num_workers")),
         steps=int(FLUX_SMALL["--max_train_steps"]) * per_sample,
         replacements=[*replaced,
                       "data/flux (FLUX.1-dev) -> a tiny FLUX pipeline folder in diffusers' layout",
@@ -176,6 +177,10 @@ def flux_plan(work: Path, device: str) -> Plan:
                       *hps_replaced, *(REPLACEMENTS_CPU if device == "cpu" else []), PINNED_STRUCTURE,
                       "pip install -e . -> the checkout on PYTHONPATH; WANDB_MODE=online -> disabled (upstream's script also sets WANDB_DISABLED=true)"],
         metrics=metrics, checkpoint_saved=checkpoint_saved, run_cwd=run_cwd, steps_taken=steps_taken)
+
+
+def _value(words: list[str], option: str) -> str:
+    return words[words.index(option) + 1]
 
 
 def _lines(path: Path) -> list[str]:
