@@ -41,7 +41,7 @@ def after_torch(device: str) -> None:
 
     _gloo_for_nccl(dist)
     torch.cuda.set_device = lambda *_args, **_kwargs: None
-    torch.cuda.current_device = lambda: torch.device("cpu")
+    torch.cuda.current_device = lambda: "cpu"  # a name, as code that formats or parses the index expects
     torch.cuda.synchronize = lambda *_args, **_kwargs: None
     _load_onto_cpu(torch)
     _cpu_autocast(torch)
