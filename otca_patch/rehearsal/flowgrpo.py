@@ -16,11 +16,11 @@ import shutil
 import socket
 import subprocess
 import sys
-import tarfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from . import upstreams
 from .plan import Plan
 
 TARGETS = ("flowgrpo-sd3", "flowgrpo-flux", "flowgrpo-qwenimage")
@@ -94,23 +94,23 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
-def checkout(commit: str, work: Path) -> Path:
-    """FlowGRPO's checkout at ``commit``: ``$OTCA_UPSTREAM_FLOW_GRPO`` (pinned) or
-    ``$OTCA_UPSTREAM_FLOW_GRPO_<COMMIT>``, else its snapshot unpacked into ``work``."""
-    variable = "OTCA_UPSTREAM_FLOW_GRPO" + ("" if commit == PINNED else f"_{commit}")
-    if os.environ.get(variable):
-        return Path(os.environ[variable]).resolve()
-    repo = Path(__file__).resolve().parents[2]
-    for archive in (repo.parent / "shared" / "upstream" / f"flow_grpo-{commit}.tar.gz",
-                    repo / ".gpu-payload" / "upstream" / f"flow_grpo-{commit}.tar.gz"):
-        if archive.is_file():
-            target = work / f"flow_grpo-{commit}"
-            if not (target / "flow_grpo" / "scripts").is_dir():
-                with tarfile.open(archive) as tar:
-                    tar.extractall(target, filter="data")
-            return target / "flow_grpo"
-    raise FileNotFoundError(f"no FlowGRPO checkout at {commit}: set {variable} or put flow_grpo-{commit}.tar.gz "
-                            f"in {repo.parent / 'shared' / 'upstream'}")
+def checkout(commit: str, script: str) -> Path:
+    """FlowGRPO's checkout at ``commit``, which must hold ``script``: the pinned one from ``upstreams``
+    (``$OTCA_UPSTREAM_FLOW_GRPO`` or its snapshot); a newer one from ``$OTCA_UPSTREAM_FLOW_GRPO_<COMMIT>``
+    or its snapshot, else ``$OTCA_UPSTREAM_FLOW_GRPO`` where that holds ``script``."""
+    variable = f"OTCA_UPSTREAM_FLOW_GRPO_{commit}"
+    if commit == PINNED:
+        found = upstreams.checkout("flow_grpo")
+    elif os.environ.get(variable):
+        found = Path(os.environ[variable]).resolve()
+    else:
+        archives = [place for place in upstreams.snapshot_places(f"flow_grpo-{commit}.tar.gz") if place.is_file()]
+        given = os.environ.get("OTCA_UPSTREAM_FLOW_GRPO")
+        found = upstreams.unpack(archives[0]) if archives else Path(given).resolve() if given else None
+    if found is None or not (found / script).is_file():
+        raise upstreams.UpstreamMissing(f"no FlowGRPO checkout with {script} (commit {commit}): set {variable} or put "
+                                        f"flow_grpo-{commit}.tar.gz in {upstreams.snapshot_places('')[0].parent}")
+    return found
 
 
 def qwen_transformers() -> str | None:
@@ -186,7 +186,7 @@ def plan(target: str, work: Path, device: str) -> Plan:
     spec = TARGET_BUILDERS[target]()
     work = Path(work).resolve()
     work.mkdir(parents=True, exist_ok=True)
-    source = checkout(spec.commit, work)
+    source = checkout(spec.commit, spec.script)
     paths = [path for path in [qwen_transformers()] if path] if spec.launcher == "torchrun" else []
     model = build_model(spec, work / spec.model_folder, paths)
     dataset = work / "dataset"
