@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Callable
 
 from . import upstreams
+from .launch_script import launcher_line, set_options, split_launcher
 from .plan import Plan
 
 TARGETS = ("flowgrpo-sd3", "flowgrpo-flux", "flowgrpo-qwenimage")
@@ -39,7 +40,7 @@ class Target:
 
     commit: str
     script: str
-    named_config: str  # config/grpo.py:NAME of upstream's launch script
+    launch_script: str  # upstream's launch script whose line the rehearsal runs
     model: str  # what upstream's config loads, for the replacement line
     model_folder: str
     build_model: Callable[[Path], Path]
@@ -48,6 +49,7 @@ class Target:
     launcher: str  # "accelerate" or "torchrun"
     workers: int  # the most DataLoader workers upstream's script gives a loader this run iterates
     extra: list[str] = field(default_factory=list)  # replacements of this trainer only
+    launch_options: dict = field(default_factory=dict)  # launcher options replaced for the CPU
 
 
 def _sd3() -> Target:
@@ -55,7 +57,7 @@ def _sd3() -> Target:
     from ..smoke.flowgrpo import config_overrides
     from ..smoke.tiny_sd3 import build_tiny_sd3
 
-    return Target(PINNED, flowgrpo_sd3.UPSTREAM_FILE, "general_ocr_sd3_1gpu", "stabilityai/stable-diffusion-3.5-medium",
+    return Target(PINNED, flowgrpo_sd3.UPSTREAM_FILE, "scripts/single_node/grpo.sh", "stabilityai/stable-diffusion-3.5-medium",
                   "tiny_sd3", build_tiny_sd3, flowgrpo_sd3.Sizes, config_overrides, "accelerate", 8)
 
 
@@ -64,10 +66,11 @@ def _flux() -> Target:
     from ..smoke.flowgrpo import common_overrides
     from ..smoke.tiny_flux import build_tiny_flux
 
-    return Target(NEWER, flowgrpo_flux.TRAINER.upstream_file, "pickscore_flux_8gpu", "black-forest-labs/FLUX.1-dev",
+    return Target(NEWER, flowgrpo_flux.TRAINER.upstream_file, "scripts/single_node/grpo_flux.sh", "black-forest-labs/FLUX.1-dev",
                   "tiny_flux", build_tiny_flux, flowgrpo_flux.Sizes, common_overrides, "accelerate", 8,
                   ["accelerate config: scripts/accelerate_configs/multi_gpu.yaml (DDP) for upstream's "
-                   "deepspeed_zero2.yaml: DeepSpeed needs CUDA and is not installed here"])
+                   "deepspeed_zero2.yaml: DeepSpeed needs CUDA and is not installed here"],
+                  {"--config_file": "scripts/accelerate_configs/multi_gpu.yaml"})
 
 
 def _qwenimage() -> Target:
@@ -80,7 +83,7 @@ def _qwenimage() -> Target:
 
     # evaluation runs at epochs > 0 only, and the config's epoch stop asks before it: the run iterates
     # the training loader (1 worker), not the 8-worker test loader
-    return Target(NEWER, flowgrpo_qwenimage.TRAINER.upstream_file, "pickscore_qwenimage_8gpu", "Qwen/Qwen-Image",
+    return Target(NEWER, flowgrpo_qwenimage.TRAINER.upstream_file, "scripts/single_node/grpo_qwenimage.sh", "Qwen/Qwen-Image",
                   "tiny_qwenimage", build_tiny_qwenimage, flowgrpo_qwenimage.Sizes, overrides, "torchrun", 1,
                   ["activation checkpointing and FSDP optimizer offload off (config keys; the smoke's CPU sizes)"])
 
@@ -180,6 +183,28 @@ def checkpoint_after_training(run_cwd: Path) -> bool:
     return False
 
 
+def switched_off(overrides: dict) -> str:
+    """What the CPU sizes switch off of upstream's training, for the config's replacement line."""
+    off = (["KL term"] if overrides.get("train.beta") == 0 else []) + (["EMA"] if overrides.get("train.ema") is False else [])
+    return f", {' and '.join(off)} off" if off else ""
+
+
+#: launcher -> (its option for the processes per machine, its option for the port)
+LAUNCH_OPTIONS = {"accelerate": ("--num_processes", "--main_process_port"), "torchrun": ("--nproc_per_node", "--master_port")}
+
+
+def upstream_launch(source: Path, spec: Target) -> tuple[list[str], str, list[str], list[str]]:
+    """Upstream's launch line from ``spec.launch_script``: (the launcher and its options, the trainer,
+    its arguments, [config file, config name] of its ``--config``)."""
+    launcher, script, arguments = split_launcher(launcher_line(source / spec.launch_script, spec.launcher))
+    if script != spec.script:
+        raise ValueError(f"{spec.launch_script} launches {script}, not {spec.script}")
+    config = next((arguments[i + 1] for i, word in enumerate(arguments[:-1]) if word == "--config"), "")
+    if ":" not in config:
+        raise ValueError(f"{spec.launch_script} passes no --config FILE:NAME to {script}")
+    return launcher, script, arguments, config.split(":", 1)
+
+
 def plan(target: str, work: Path, device: str) -> Plan:
     if target not in TARGET_BUILDERS:
         raise ValueError(f"unknown FlowGRPO rehearsal target {target!r}; known: {', '.join(TARGETS)}")
@@ -204,6 +229,7 @@ def plan(target: str, work: Path, device: str) -> Plan:
         overrides["mixed_precision"] = "no"
     else:
         overrides.pop("mixed_precision", None)
+    launcher, script, arguments, named = upstream_launch(source, spec)
     stand_ins = ([] if not on_cpu else ["accelerate_on_cpu"] if spec.launcher == "accelerate" else ["fsdp_on_cpu"])
 
     def run_cwd(run: Path) -> Path:
@@ -216,31 +242,27 @@ def plan(target: str, work: Path, device: str) -> Plan:
         run = Path(run).resolve()
         run.mkdir(parents=True, exist_ok=True)
         settings = run / "rehearsal_settings.json"
-        settings.write_text(json.dumps({"upstream_dir": str(run_cwd(run)), "named": ["config/grpo.py", spec.named_config],
+        settings.write_text(json.dumps({"upstream_dir": str(run_cwd(run)), "named": named,
                                         "epochs": EPOCHS, "overrides": overrides, "stand_ins": stand_ins}, indent=2))
         config = run / "rehearsal_config.py"
         config.write_text("from otca_patch.rehearsal.flowgrpo_config import get_config  # noqa: F401\n")
-        port = str(_free_port())
-        if spec.launcher == "accelerate":
-            launch = ["accelerate", "launch", "--config_file", "scripts/accelerate_configs/multi_gpu.yaml",
-                      "--num_processes", str(RANKS), "--main_process_port", port]
-        else:
-            launch = ["torchrun", "--standalone", f"--nproc_per_node={RANKS}", f"--master_port={port}"]
-        return [*launch, spec.script, "--config", f"{config}:{settings}"]
+        processes, port = LAUNCH_OPTIONS[spec.launcher]
+        launch = set_options(launcher, {**spec.launch_options, processes: str(RANKS), port: str(_free_port())})
+        return [*launch, script, *set_options(arguments, {"--config": f"{config}:{settings}"})]
 
     env = {"PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
            "PYTHONPATH": os.pathsep.join([*paths, "."]),
            "WANDB_MODE": "offline", "HF_HUB_OFFLINE": "1"}
     replacements = [
         f"model: a tiny pipeline in diffusers' layout, {model} (config.pretrained.model; upstream: {spec.model})",
-        f"config: upstream's config/grpo.py:{spec.named_config} with CPU sizes (resolution {sizes.resolution}, "
+        f"launch: upstream's {spec.launch_script} on {RANKS} processes, a free port",
+        f"config: upstream's {':'.join(named)} with CPU sizes (resolution {sizes.resolution}, "
         f"{sizes.num_steps} sampling steps, {sizes.batch_size} images per process, {sizes.num_image_per_prompt} per "
-        f"prompt, {EPOCHS} epochs ended by the config's eval_freq, save_freq {SAVE_FREQ}, KL term and EMA off)",
+        f"prompt, {EPOCHS} epochs ended by the config's eval_freq, save_freq {SAVE_FREQ}{switched_off(overrides)})",
         "reward: upstream's jpeg_compressibility, which needs no downloaded model, for the named config's rewards",
         "dataset: the prompt lists train.txt / test.txt in upstream's general_ocr layout",
         "flow_grpo imported from the checkout by PYTHONPATH=. (upstream: pip install -e .)",
         "wandb offline (WANDB_MODE=offline; no network); HF_HUB_OFFLINE=1",
-        "port: a free one (upstream's scripts fix one)",
         *spec.extra,
     ]
     if on_cpu:
