@@ -101,7 +101,7 @@ def test_logged_credit_off_the_reference_fails(tmp_path):
 def test_a_failed_run_names_the_layers_error_before_any_exception(tmp_path):
     runs = three_runs(tmp_path, {})
     (tmp_path / "otca" / "stderr.log").write_text(
-        "otca-patch launch: error: a Python process of this launch never checked in\n"
+        "Steps:   0%|          | 0/100000\rotca-patch launch: error: a Python process of this launch never checked in\n"
         "[rank0]: RuntimeError: later noise\n")
     runs["otca"] = Run("otca", tmp_path / "otca", returncode=2, seconds=1.0)
     line = judge(plan_reading(tmp_path), runs)

@@ -12,12 +12,12 @@ import sys
 from pathlib import Path
 
 from . import upstreams
-from .launch_script import launcher_line, set_options, split_launcher
+from .launch_script import launcher_line, option_value, set_options, split_launcher
 from .plan import Plan
 from .standins import PINNED_STRUCTURE, REPLACEMENTS_CPU, TINY_HPS_CONFIG_VARIABLE
 
 TARGETS = ("dancegrpo-flux",)
-RANKS = 2
+RANKS = 2  # on the CPU; on GPUs one process per GPU, at most 2 (NCCL takes one GPU per rank)
 STARTUP = Path(__file__).resolve().parent / "startup"
 #: upstream's numbers the CPU cannot afford -> the rehearsal's (each is stated as a replacement); its
 #: 12 generations and 16 sampling steps are kept: 3 optimizer steps per training step, and DataLoader
@@ -37,22 +37,30 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def torchrun_command(upstream_script: Path, small: dict[str, str], device: str) -> tuple[list[str], list[str]]:
-    """(a function of nothing giving upstream's torchrun line on one machine with ``RANKS`` processes
-    and ``small``'s values, the replacements it makes)."""
-    words = launcher_line(upstream_script)
-    launcher, script, arguments = split_launcher(words)
-    replaced = [f"torchrun --nnodes=2 --nproc_per_node=8 (two 8-GPU nodes) -> one node, {RANKS} processes, "
-                f"loopback rendezvous on a free port"]
+def ranks_on(device: str) -> int:
+    if device == "cpu":
+        return RANKS
+    import torch
+
+    return max(1, min(RANKS, torch.cuda.device_count()))
+
+
+def torchrun_command(upstream_script: Path, small: dict[str, str], ranks: int) -> tuple[list[str], list[str]]:
+    """(upstream's torchrun line with ``small``'s values, less its node options, the replacements it makes)."""
+    launcher, script, arguments = split_launcher(launcher_line(upstream_script))
+    replaced = [f"{' '.join(launcher)} (several 8-GPU nodes) -> one node, {ranks} processes, loopback "
+                f"rendezvous on a free port"]
     arguments = set_options(arguments, small)
     replaced.append("upstream's sizes -> " + ", ".join(f"{k} {v}" for k, v in small.items()))
-    return [launcher[0], script, *arguments], replaced
+    return [script, *arguments], replaced
 
 
-def launch(words: list[str]) -> list[str]:
-    launcher, script, arguments = words[0], words[1], words[2:]
-    return [launcher, "--nnodes=1", f"--nproc_per_node={RANKS}", "--node_rank=0", "--master_addr=127.0.0.1",
-            f"--master_port={free_port()}", script, *arguments]
+def launch(words: list[str], ranks: int) -> list[str]:
+    """``torchrun`` (this interpreter's, else the module it runs) on one node with ``ranks`` processes."""
+    torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent)) or shutil.which("torchrun")
+    launcher = [torchrun] if torchrun else [sys.executable, "-m", "torch.distributed.run"]
+    return [*launcher, "--nnodes=1", f"--nproc_per_node={ranks}", "--node_rank=0", "--master_addr=127.0.0.1",
+            f"--master_port={free_port()}", *words]
 
 
 def copy_checkout(checkout: Path, run: Path, keep: tuple[str, ...] = ("fastvideo",)) -> Path:
@@ -72,12 +80,12 @@ def numbers_printed(path: Path, pattern: re.Pattern) -> list[float]:
 
 
 def environment(device: str, extra: dict[str, str]) -> dict[str, str]:
-    """PYTHONPATH: the stand-ins' start-up hook, then the working copy (upstream's ``pip install -e .``);
-    the venv's ``torchrun`` first on PATH; wandb as upstream's script sets it (disabled)."""
+    """PYTHONPATH: the stand-ins' start-up hook, then the working copy (upstream's ``pip install -e .``),
+    then what it held; wandb disabled (upstream's script sets WANDB_DISABLED=true)."""
     import os
 
-    return {"PYTHONPATH": os.pathsep.join([str(STARTUP), "."]),
-            "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
+    path = [str(STARTUP), ".", *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    return {"PYTHONPATH": os.pathsep.join(path),
             "OTCA_REHEARSAL_DEVICE": device, "WANDB_DISABLED": "true", "WANDB_MODE": "disabled",
             "OMP_NUM_THREADS": "1", **extra}
 
@@ -138,7 +146,8 @@ def flux_plan(work: Path, device: str) -> Plan:
     embeddings = work / "rl_embeddings"
     flux_embeddings(flux, embeddings, IMAGE_PROMPTS * 2)
     hps_config, hps_replaced = tiny_hps(work / "hps")
-    words, replaced = torchrun_command(checkout / "scripts/finetune/finetune_flux_grpo.sh", FLUX_SMALL, device)
+    ranks = ranks_on(device)
+    words, replaced = torchrun_command(checkout / "scripts/finetune/finetune_flux_grpo.sh", FLUX_SMALL, ranks)
 
     def run_cwd(run: Path) -> Path:
         here = copy_checkout(checkout, run / "DanceGRPO")
@@ -158,18 +167,18 @@ def flux_plan(work: Path, device: str) -> Plan:
         # rank 0 prints one "final loss" per sample; upstream steps its optimizer every
         # gradient_accumulation_steps samples
         losses = [line for line in _lines(run / "stdout.log") if line.startswith("final loss ")]
-        accumulation = int(_value(words, "--gradient_accumulation_steps"))
+        accumulation = int(option_value(words, "--gradient_accumulation_steps"))
         return len(losses) // accumulation
 
     def checkpoint_saved(run: Path) -> bool:
         saved = run / "DanceGRPO" / "data" / "outputs" / "grpo" / "checkpoint-2-0"
         return (saved / "diffusion_pytorch_model.safetensors").is_file() and (saved / "config.json").is_file()
 
-    per_sample = int(_value(words, "--num_generations")) // int(_value(words, "--gradient_accumulation_steps"))
+    per_sample = int(option_value(words, "--num_generations")) // int(option_value(words, "--gradient_accumulation_steps"))
     return Plan(
-        target="dancegrpo-flux", cwd=checkout, command=lambda run: launch(words),
-        env=environment(device, {TINY_HPS_CONFIG_VARIABLE: str(hps_config)}), ranks=RANKS,
-        dataloader_workers=int(_value(words, "--dataloader_num_workers")),
+        target="dancegrpo-flux", cwd=checkout, command=lambda run: launch(words, ranks),
+        env=environment(device, {TINY_HPS_CONFIG_VARIABLE: str(hps_config)}), ranks=ranks,
+        dataloader_workers=int(option_value(words, "--dataloader_num_workers")),
         steps=int(FLUX_SMALL["--max_train_steps"]) * per_sample,
         replacements=[*replaced,
                       "data/flux (FLUX.1-dev) -> a tiny FLUX pipeline folder in diffusers' layout",
@@ -177,10 +186,6 @@ def flux_plan(work: Path, device: str) -> Plan:
                       *hps_replaced, *(REPLACEMENTS_CPU if device == "cpu" else []), PINNED_STRUCTURE,
                       "pip install -e . -> the checkout on PYTHONPATH; WANDB_MODE=online -> disabled (upstream's script also sets WANDB_DISABLED=true)"],
         metrics=metrics, checkpoint_saved=checkpoint_saved, run_cwd=run_cwd, steps_taken=steps_taken)
-
-
-def _value(words: list[str], option: str) -> str:
-    return words[words.index(option) + 1]
 
 
 def _lines(path: Path) -> list[str]:

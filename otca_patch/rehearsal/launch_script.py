@@ -1,6 +1,7 @@
 """Upstream's own launch line, read from its launch script, with only the CPU's changes applied."""
 from __future__ import annotations
 
+import re
 import shlex
 from pathlib import Path
 
@@ -44,3 +45,38 @@ def set_options(words: list[str], values: dict[str, str | None]) -> list[str]:
         if name not in seen and value is not None:
             out += [name, value]
     return out
+
+
+def shell_variables(script: Path) -> dict[str, str]:
+    """The script's plain ``name=value`` assignments (a value built by a command, ``$(...)``, is left out)."""
+    variables = {}
+    for line in script.read_text().splitlines():
+        name, eq, value = line.strip().partition("=")
+        if eq and name.isidentifier() and "$(" not in value:
+            words = shlex.split(value, comments=True)
+            variables[name] = words[0] if words else ""
+    return variables
+
+
+def expanded_launcher_line(script: Path, launcher: str = "torchrun") -> list[str]:
+    """``launcher_line`` of a script that builds its command from variables inside a remote-shell
+    string (MixGRPO's ``pdsh ... "...; torchrun ... "``): each ``$name`` of ``shell_variables`` is
+    expanded (one escaped for the remote shell, ``\\$name``, is the remote's: left out with its option
+    by the caller), and the quote closing the remote string is dropped."""
+    variables = shell_variables(script)
+    text = script.read_text().replace("\\\n", " ")
+    for line in text.splitlines():
+        line = line.strip()
+        if line.split(maxsplit=1)[:1] != [launcher]:
+            continue
+        line = re.sub(r"(?<!\\)\$\{?(\w+)\}?", lambda m: shlex.quote(variables.get(m.group(1), m.group(0))), line)
+        line = line.replace("\\$", "$")
+        if line.count('"') % 2:
+            line = line[:line.rindex('"')]
+        return shlex.split(line)
+    raise ValueError(f"{script}: no `{launcher}` command in it")
+
+
+def option_value(words: list[str], option: str) -> str:
+    """The value given to ``option`` in ``words`` (``--name VALUE``)."""
+    return words[words.index(option) + 1]

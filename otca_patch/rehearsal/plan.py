@@ -33,6 +33,10 @@ class Plan:
     # run folder -> optimizer steps the run took, read from upstream's own output; None: the runner
     # counts the steps of the --otca run's run log (every rank must log each of them)
     steps_taken: Callable[[Path], int] | None = None
+    # run folder -> whether the run has done what the rehearsal asks, for a main that never ends on its
+    # own (MixGRPO's loops over 1,000,000 epochs): the runner then stops the launch's process group,
+    # and that stop is the run's end. None: the run must end by itself
+    finished: Callable[[Path], bool] | None = None
 
     def __post_init__(self) -> None:
         if self.ranks < 1:

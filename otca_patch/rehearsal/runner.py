@@ -24,7 +24,7 @@ from .plan import Plan
 
 RUNS = ("unwrapped", "wrapped", "otca")
 #: a line that names an error: the layer's own (it names the cause), else a Python exception
-LAYER_ERROR = re.compile(r"^otca-patch[a-z ]*: error")
+LAYER_ERROR = re.compile(r"otca-patch[a-z ]*: error: .*")  # anywhere: a progress bar's \r may precede it
 EXCEPTION = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*(Error|Exception|Exit|Interrupt)\b")
 
 
@@ -35,6 +35,7 @@ class Run:
     returncode: int
     seconds: float
     timed_out: bool = False
+    stopped_when_finished: bool = False  # a main that never ends: stopped once plan.finished said so
 
     def error(self) -> str:
         """The layer's first error line, else the last exception of its output (a rank's, not
@@ -45,7 +46,7 @@ class Run:
             if path.is_file():
                 lines += [re.sub(r"^\[(default)?rank\d+\]:\s*", "", line).strip()
                           for line in path.read_text(errors="replace").splitlines()]
-        layer = [line for line in lines if LAYER_ERROR.match(line)]
+        layer = [found.group(0) for found in map(LAYER_ERROR.search, lines) if found]
         if layer:
             return layer[0][:400]
         found = [line for line in lines if EXCEPTION.match(line) and "ChildFailedError" not in line]
@@ -80,12 +81,35 @@ def run_once(plan: Plan, name: str, folder: Path) -> Run:
     with open(folder / "stdout.log", "wb") as out, open(folder / "stderr.log", "wb") as err:
         process = subprocess.Popen(command, cwd=cwd, env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
                                    start_new_session=True)
+        returncode, outcome = wait(process, plan, folder, started)
+    return Run(name, folder, returncode, time.monotonic() - started, timed_out=outcome == "timed out",
+               stopped_when_finished=outcome == "finished")
+
+
+def wait(process: subprocess.Popen, plan: Plan, folder: Path, started: float) -> tuple[int, str]:
+    """(exit status, how it ended: "exited", "finished" (stopped once ``plan.finished``) or "timed out")."""
+    while True:
         try:
-            returncode, timed_out = process.wait(timeout=plan.timeout_s), False
+            return process.wait(timeout=2.0), "exited"
         except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            returncode, timed_out = process.wait(), True
-    return Run(name, folder, returncode, time.monotonic() - started, timed_out)
+            pass
+        if time.monotonic() - started > plan.timeout_s:
+            stop(process, signal.SIGKILL)
+            return process.wait(), "timed out"
+        if plan.finished is not None and plan.finished(folder):
+            stop(process, signal.SIGTERM)  # torchrun passes it to the ranks
+            try:
+                return process.wait(timeout=60), "finished"
+            except subprocess.TimeoutExpired:
+                stop(process, signal.SIGKILL)
+                return process.wait(), "finished"
+
+
+def stop(process: subprocess.Popen, how: int) -> None:
+    try:
+        os.killpg(process.pid, how)
+    except ProcessLookupError:
+        pass
 
 
 def bitwise(values: list[float]) -> list[bytes]:
@@ -103,7 +127,7 @@ def failure(plan: Plan, run: Run) -> str | None:
     """The target's FAIL line when ``run`` did not end well, else None."""
     if run.timed_out:
         return f"FAIL {plan.target} the {run.name} run was stopped at its {plan.timeout_s:.0f} s limit"
-    if run.returncode != 0:
+    if run.returncode != 0 and not run.stopped_when_finished:
         return f"FAIL {plan.target} the {run.name} run exited {run.returncode}: {run.error()}"
     return None
 

@@ -14,6 +14,9 @@ import os
 
 #: the tiny architecture hpsv2's ViT-H-14 stands for (its config file, written by the family module)
 TINY_HPS_CONFIG_VARIABLE = "OTCA_REHEARSAL_HPS_CONFIG"
+#: "mixgrpo": the modules MixGRPO's trainer imports but a single-reward run never calls get import
+#: stand-ins where they do not import (OpenAI's ``clip``, a git install; ``ImageReward``, which needs it)
+IMPORT_STUBS_VARIABLE = "OTCA_REHEARSAL_IMPORT_STUBS"
 
 REPLACEMENTS_CPU = [
     "dist.init_process_group('nccl') -> gloo",
@@ -34,6 +37,10 @@ def after_torch(device: str) -> None:
     from ..smoke.environment import average_by_sum_on_gloo, stub_flash_attn
 
     stub_flash_attn()  # where flash_attn is installed (a GPU machine may have it) it is left alone
+    if os.environ.get(IMPORT_STUBS_VARIABLE) == "mixgrpo":
+        from ..smoke.mixgrpo_flux import stand_in_imports
+
+        stand_in_imports()
     _pinned_structure(torch)
     if device != "cpu":
         return
@@ -132,6 +139,8 @@ def after_hpsv2_open_clip(device: str) -> None:
     config = os.environ.get(TINY_HPS_CONFIG_VARIABLE)
     if not config:
         return
-    from hpsv2.src.open_clip import factory
+    import sys
 
-    factory._MODEL_CONFIGS["ViT-H-14"] = json.loads(open(config).read())
+    for name in ("hpsv2.src.open_clip.factory", "HPSv2.hpsv2.src.open_clip.factory"):  # MixGRPO: its checkout's
+        if name in sys.modules:
+            sys.modules[name]._MODEL_CONFIGS["ViT-H-14"] = json.loads(open(config).read())

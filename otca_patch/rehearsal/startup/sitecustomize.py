@@ -66,5 +66,6 @@ def _chain_next_sitecustomize():
 
 if os.environ.get(DEVICE_VARIABLE):
     sys.meta_path.insert(0, _AfterImport({"torch": _install("after_torch"),
-                                          "hpsv2.src.open_clip": _install("after_hpsv2_open_clip")}))
+                                          "hpsv2.src.open_clip": _install("after_hpsv2_open_clip"),
+                                          "HPSv2.hpsv2.src.open_clip": _install("after_hpsv2_open_clip")}))
 _chain_next_sitecustomize()
