@@ -49,6 +49,8 @@ class Target:
     launcher: str  # "accelerate" or "torchrun"
     workers: int  # the most DataLoader workers upstream's script gives a loader this run iterates
     extra: list[str] = field(default_factory=list)  # replacements of this trainer only
+    min_ranks: int = 1  # fewer processes cannot run upstream's main
+    decodes_float_ids: bool = False  # its loop decodes prompt ids gathered as floats
     launch_options: dict = field(default_factory=dict)  # launcher options replaced for the CPU
 
 
@@ -68,9 +70,9 @@ def _flux() -> Target:
 
     return Target(NEWER, flowgrpo_flux.TRAINER.upstream_file, "scripts/single_node/grpo_flux.sh", "black-forest-labs/FLUX.1-dev",
                   "tiny_flux", build_tiny_flux, flowgrpo_flux.Sizes, common_overrides, "accelerate", 8,
-                  ["accelerate config: scripts/accelerate_configs/multi_gpu.yaml (DDP) for upstream's "
-                   "deepspeed_zero2.yaml: DeepSpeed needs CUDA and is not installed here"],
-                  {"--config_file": "scripts/accelerate_configs/multi_gpu.yaml"})
+                  extra=["accelerate config: scripts/accelerate_configs/multi_gpu.yaml (DDP) for upstream's "
+                         "deepspeed_zero2.yaml: DeepSpeed needs CUDA and is not installed here"],
+                  launch_options={"--config_file": "scripts/accelerate_configs/multi_gpu.yaml"}, min_ranks=2)
 
 
 def _qwenimage() -> Target:
@@ -85,7 +87,8 @@ def _qwenimage() -> Target:
     # the training loader (1 worker), not the 8-worker test loader
     return Target(NEWER, flowgrpo_qwenimage.TRAINER.upstream_file, "scripts/single_node/grpo_qwenimage.sh", "Qwen/Qwen-Image",
                   "tiny_qwenimage", build_tiny_qwenimage, flowgrpo_qwenimage.Sizes, overrides, "torchrun", 1,
-                  ["activation checkpointing and FSDP optimizer offload off (config keys; the smoke's CPU sizes)"])
+                  extra=["activation checkpointing and FSDP optimizer offload off (config keys; the smoke's CPU sizes)"],
+                  decodes_float_ids=True)
 
 
 TARGET_BUILDERS = {"flowgrpo-sd3": _sd3, "flowgrpo-flux": _flux, "flowgrpo-qwenimage": _qwenimage}
@@ -183,6 +186,41 @@ def checkpoint_after_training(run_cwd: Path) -> bool:
     return False
 
 
+#: launcher -> the module it runs, where its program is not installed beside this interpreter or on PATH
+LAUNCHER_MODULES = {"accelerate": "accelerate.commands.accelerate_cli", "torchrun": "torch.distributed.run"}
+
+
+def launcher_program(launcher: str) -> list[str]:
+    """``accelerate`` / ``torchrun``: this interpreter's, else the one on PATH, else ``python -m`` its module."""
+    found = shutil.which(launcher, path=str(Path(sys.executable).parent)) or shutil.which(launcher)
+    return [found] if found else [sys.executable, "-m", LAUNCHER_MODULES[launcher]]
+
+
+def ranks_on(device: str, spec: Target) -> int:
+    """2 processes on the CPU; on GPUs one per GPU, at most 2 (NCCL refuses two ranks on one GPU)."""
+    if device == "cpu":
+        return RANKS
+    import torch
+
+    ranks = max(1, min(RANKS, torch.cuda.device_count()))
+    if ranks < spec.min_ranks:
+        raise ValueError(f"upstream's {spec.script} runs on no fewer than {spec.min_ranks} processes (it reads DDP's "
+                         f"transformer.module), one GPU each, and this machine has {torch.cuda.device_count()} GPU(s)")
+    return ranks
+
+
+def transformers_major(paths: list[str]) -> int:
+    """The major version of the transformers the runs import (the first of ``paths`` that holds one, else
+    this process's)."""
+    import importlib.metadata
+
+    for path in paths:
+        found = list(Path(path).glob("transformers-*.dist-info"))
+        if found:
+            return int(found[0].name.removeprefix("transformers-").split(".")[0])
+    return int(importlib.metadata.version("transformers").split(".")[0])
+
+
 def switched_off(overrides: dict) -> str:
     """What the CPU sizes switch off of upstream's training, for the config's replacement line."""
     off = (["KL term"] if overrides.get("train.beta") == 0 else []) + (["EMA"] if overrides.get("train.ema") is False else [])
@@ -225,12 +263,15 @@ def plan(target: str, work: Path, device: str) -> Plan:
     # upstream's named config keeps its own save_dir (under logs/), relative to the run's checkout copy
     overrides.pop("logdir", None)
     on_cpu = device == "cpu"
+    ranks = ranks_on(device, spec)
     if on_cpu:
         overrides["mixed_precision"] = "no"
     else:
         overrides.pop("mixed_precision", None)
     launcher, script, arguments, named = upstream_launch(source, spec)
     stand_ins = ([] if not on_cpu else ["accelerate_on_cpu"] if spec.launcher == "accelerate" else ["fsdp_on_cpu"])
+    float_ids = spec.decodes_float_ids and transformers_major(paths) >= 5
+    stand_ins += ["float_ids_as_transformers_4"] if float_ids else []
 
     def run_cwd(run: Path) -> Path:
         copy = Path(run).resolve() / "flow_grpo"
@@ -247,15 +288,16 @@ def plan(target: str, work: Path, device: str) -> Plan:
         config = run / "rehearsal_config.py"
         config.write_text("from otca_patch.rehearsal.flowgrpo_config import get_config  # noqa: F401\n")
         processes, port = LAUNCH_OPTIONS[spec.launcher]
-        launch = set_options(launcher, {**spec.launch_options, processes: str(RANKS), port: str(_free_port())})
+        options = {**spec.launch_options, processes: str(ranks), port: str(_free_port())}
+        launch = set_options([*launcher_program(spec.launcher), *launcher[1:]], options)
         return [*launch, script, *set_options(arguments, {"--config": f"{config}:{settings}"})]
 
-    env = {"PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
-           "PYTHONPATH": os.pathsep.join([*paths, "."]),
+    kept = [path for path in os.environ.get("PYTHONPATH", "").split(os.pathsep) if path]
+    env = {"PYTHONPATH": os.pathsep.join([*paths, ".", *kept]),
            "WANDB_MODE": "offline", "HF_HUB_OFFLINE": "1"}
     replacements = [
         f"model: a tiny pipeline in diffusers' layout, {model} (config.pretrained.model; upstream: {spec.model})",
-        f"launch: upstream's {spec.launch_script} on {RANKS} processes, a free port",
+        f"launch: upstream's {spec.launch_script} on {ranks} processes, a free port",
         f"config: upstream's {':'.join(named)} with CPU sizes (resolution {sizes.resolution}, "
         f"{sizes.num_steps} sampling steps, {sizes.batch_size} images per process, {sizes.num_image_per_prompt} per "
         f"prompt, {EPOCHS} epochs ended by the config's eval_freq, save_freq {SAVE_FREQ}{switched_off(overrides)})",
@@ -272,9 +314,12 @@ def plan(target: str, work: Path, device: str) -> Plan:
             if spec.launcher == "accelerate" else
             "upstream's init_distributed / fsdp_wrapper on the CPU (set by the config): nccl -> gloo, "
             "torch.cuda.set_device a no-op, FSDP's device_id the CPU")
+    if float_ids:
+        replacements.append("prompt ids gathered as floats decoded as integers, as transformers 4 (upstream's pin) "
+                            "does (set by the config; transformers 5's tokenizers reject floats)")
     if paths:
         replacements.append(f"transformers >= 4.49 (Qwen2.5-VL) first on PYTHONPATH: {paths[0]}")
-    return Plan(target=target, cwd=source, command=command, env=env, ranks=RANKS, dataloader_workers=spec.workers,
+    return Plan(target=target, cwd=source, command=command, env=env, ranks=ranks, dataloader_workers=spec.workers,
                 steps=EPOCHS, replacements=replacements,
                 metrics=lambda run: logged_metrics(wandb_history(run_cwd(run))),
                 checkpoint_saved=lambda run: checkpoint_after_training(run_cwd(run)),

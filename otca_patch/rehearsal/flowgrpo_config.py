@@ -26,8 +26,15 @@ def _fsdp_on_cpu() -> None:
     cpu_fsdp(sys.modules["__main__"])
 
 
+def _float_ids_as_transformers_4() -> None:
+    from ..smoke.environment import decode_float_ids_as_transformers_4
+
+    decode_float_ids_as_transformers_4()
+
+
 #: name in the settings -> the stand-in it installs in this process
-STAND_INS = {"accelerate_on_cpu": _accelerate_on_cpu, "fsdp_on_cpu": _fsdp_on_cpu}
+STAND_INS = {"accelerate_on_cpu": _accelerate_on_cpu, "fsdp_on_cpu": _fsdp_on_cpu,
+             "float_ids_as_transformers_4": _float_ids_as_transformers_4}
 
 
 def get_config(settings_path: str):

@@ -49,7 +49,9 @@ def test_the_command_is_upstreams_launch_line_with_only_the_cpu_options_changed(
     launch_script, upstream_line, expected = LINES[target]
     plan = flowgrpo.plan(target, tmp_path / "work", "cpu")
     run = tmp_path / "run"
-    command = plan.command(run)
+    program, *command = plan.command(run)
+    assert Path(program).name == "accelerate"  # upstream's `accelerate`: this environment's
+    command = ["accelerate", *command]
     assert launcher_line(plan.where(run) / launch_script, "accelerate") == upstream_line
     port = command.index("--main_process_port") + 1
     assert command[port].isdigit()
