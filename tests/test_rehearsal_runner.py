@@ -115,7 +115,8 @@ def test_a_rank_exception_is_named_without_its_rank_prefix(tmp_path):
         "[rank1]: ValueError: Unsupported caption type\n"
         "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:\n")
     runs["unwrapped"] = Run("unwrapped", tmp_path / "unwrapped", returncode=1, seconds=1.0)
-    assert judge(plan_reading(tmp_path), runs) == "FAIL toy the unwrapped run exited 1: ValueError: Unsupported caption type"
+    assert judge(plan_reading(tmp_path), runs) == ("FAIL toy the unwrapped run exited 1: ValueError: Unsupported "
+                                                   "caption type")
 
 
 @pytest.mark.parametrize("bad", [{"ranks": 0}, {"dataloader_workers": 0}, {"otca_flags": ["--otca"]}])
