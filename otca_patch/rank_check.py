@@ -6,7 +6,7 @@ with a size mismatch after a whole rollout, NCCL hangs or moves wrong bytes. Dif
 flags on different ranks would train a credit no rank computed. So, right after the trainer's
 ``init_process_group`` (before any rollout, and before the layer's first collective), each patched
 rank writes what it runs into the store of the process group the launcher built (layer version,
-target, spec and upstream-file hashes, flags, the registry rewards' checkpoint identities, host)
+target, spec and upstream-file hashes, flags, the sha256 of each reward checkpoint's whole content, host)
 and waits for all ``world_size`` entries. The window is the job's: it is counted from the first
 rank's registration (its wall-clock time, kept in the store by ``compare_set``), and lasts as long as
 the trainer's own process group would wait (its ``init_process_group`` timeout: 10 minutes under
@@ -36,7 +36,8 @@ from .hooks.errors import PatchError
 #: where the entries live in the process group's store (``v1``: this entry format)
 KEY_PREFIX = "otca_patch/rank_check/v1"
 #: flags that may differ between ranks: node-local paths and devices, and this check's own patience
-#: (checkpoint paths too: the checkpoints are compared by content, ``entry``'s ``checkpoints``)
+#: (checkpoint paths too, and reward options naming a path: those files are compared by content, ``entry``'s
+#: ``checkpoints``)
 LOCAL_FLAGS = ("otca_log_dir", "otca_reward_device", "otca_rank_check_timeout", "otca_reward_ckpt")
 #: what an entry holds besides the flags, with the words a message uses for it
 COMPARED = (("layer", "otca-patch version"), ("target", "target"), ("spec_sha256", "spec sha256"),
@@ -59,6 +60,8 @@ def entry(config, spec, script: str) -> dict:
     from .hooks.source import file_sha256
 
     flags = {name: value for name, value in config.to_dict().items() if name not in LOCAL_FLAGS}
+    flags["otca_reward_opt"] = {name: {key: value for key, value in options.items() if not _names_a_path(value)}
+                                for name, options in flags.get("otca_reward_opt", {}).items()}
     spec_path = getattr(spec, "path", "")
     return {
         "host": socket.gethostname(), "pid": os.getpid(), "layer": __version__, "target": spec.name,
@@ -70,18 +73,30 @@ def entry(config, spec, script: str) -> dict:
     }
 
 
+def _names_a_path(value) -> bool:
+    """A reward option whose value is a file or folder here: compared by content, not by its path."""
+    return isinstance(value, str) and bool(value) and os.path.exists(os.path.expanduser(value))
+
+
 def checkpoint_identities(config) -> dict:
-    """``{reward[.parameter]: {path, size, sha256_first_mib}}`` of every registry reward's checkpoint
-    files, resolved as its loader resolves them (``--otca_reward_ckpt``, else ``OTCA_CKPT_*``)."""
+    """``{reward[.parameter]: {path, size, sha256}}`` of every registry reward's checkpoint files,
+    resolved as its loader resolves them (``--otca_reward_ckpt``, else ``OTCA_CKPT_*``), and of every
+    other ``--otca_reward_opt`` whose value is a path: the whole content of each is hashed, once."""
+    from pathlib import Path
+
     from .rewards.checkpoints import CheckpointError, identity
     from .rewards.registry import available, checkpoint_paths
 
     identities = {}
     for name in config.otca_rewards:
+        options = dict(config.otca_reward_opt.get(name, {}))
+        for option, value in options.items():
+            if _names_a_path(value):
+                identities[f"{name}.{option}"] = identity(Path(value).expanduser())
         if name not in available():
             continue
         try:
-            paths = checkpoint_paths(name, config.otca_reward_ckpt.get(name), dict(config.otca_reward_opt.get(name, {})))
+            paths = checkpoint_paths(name, config.otca_reward_ckpt.get(name), options)
         except CheckpointError:
             continue  # the runtime has refused it already
         for parameter, path in paths.items():
@@ -214,11 +229,11 @@ def _differences(entries: dict) -> list:
 
 
 def _checkpoint_differences(mine: dict, base: dict, reference: int) -> list:
-    """A reward checkpoint whose content (size, first MiB) differs, each side with its path."""
+    """A reward checkpoint whose content (size, sha256 of the whole file) differs, each side with its path."""
     def shown(found) -> str:
         if found is None:
             return "(none)"
-        return f"{found['path']} ({found['size']} bytes, sha256 of the first MiB {found['sha256_first_mib'][:12]})"
+        return f"{found['path']} ({found['size']} bytes, sha256 {found['sha256'][:12]})"
 
     return [f"reward checkpoint {name} {shown(mine.get(name))} (rank {reference}: {shown(base.get(name))})"
             for name in sorted(set(mine) | set(base))

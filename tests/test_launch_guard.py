@@ -10,9 +10,11 @@ guard stops each at its first step. (Those launches build their script's path at
 launch names is refused by the pre-flight before it runs, tests/test_launch_preflight.py.)"""
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -233,3 +235,100 @@ def test_the_module_a_launcher_runs_is_resolved_without_importing_it(tmp_path):
     found, missing, package = done.stdout.split()
     assert found == str(tmp_path / "pkg" / "mod.py") and missing == "None"
     assert package.endswith(os.path.join("json", "__main__.py")) or package == "None"
+
+
+# ---- what the watch sees: forks, execs in place, processes that outlive the launch's top process
+
+DATALOADER = textwrap.dedent('''\
+    import time
+    import torch.utils.data
+
+    class Slow(torch.utils.data.Dataset):
+        """Each item costs 0.15 s of CPU: a worker uses more than the watch's CPU grace."""
+        def __len__(self):
+            return 12
+        def __getitem__(self, index):
+            started = time.process_time()
+            while time.process_time() - started < 0.15:
+                pass
+            time.sleep(0.2)
+            return index
+
+    def load(context):
+        return [int(batch) for batch in torch.utils.data.DataLoader(
+            Slow(), num_workers=2, batch_size=1, multiprocessing_context=context)]
+
+''')
+
+
+@pytest.mark.parametrize("context", ["fork", "spawn", "forkserver"])
+def test_a_patched_trainer_whose_dataloader_starts_workers_trains_to_its_end(stand_in, context):
+    """DataLoader workers are forks of the patched trainer (or, under spawn and forkserver, fresh
+    interpreters the start-up hook reaches): the launch's own, never stopped by the watch."""
+    upstream, env = stand_in
+    trainer = upstream / "trainer" / "train.py"
+    source = trainer.read_text()
+    trainer.write_text(source.replace("def main():", DATALOADER + "def main():\n"
+                                      f"    assert sorted(load({context!r})) == list(range(12))", 1))
+    done = launch(upstream, env, "python trainer/train.py --out steps", "--otca")
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert "never checked in" not in done.stderr
+    steps = markers(upstream)
+    assert len(steps) == STEPS and all(step["layer"] for step in steps), done.stderr[-4000:]
+
+
+def test_a_fork_of_a_process_the_layer_did_not_patch_is_still_stopped_at_its_first_step(stand_in):
+    upstream, env = stand_in
+    variant = derivative(upstream)
+    variant.write_text(variant.read_text().replace('if __name__ == "__main__":\n    main()',
+                       'if __name__ == "__main__":\n    import multiprocessing\n'
+                       '    child = multiprocessing.get_context("fork").Process(target=main)\n'
+                       '    child.start()\n    child.join()\n    sys.exit(child.exitcode)'))
+    done = launch(upstream, env, "v=variant; python trainer/train_$v.py --out steps", "--otca")
+    assert done.returncode != 0
+    assert markers(upstream) == [], "no optimizer step may complete without the layer"
+    stop = [l for l in done.stderr.splitlines() if l.startswith("otca-patch launch: error: ") and "optimizer step" in l]
+    assert stop and "trainer/train_variant.py (pid" in stop[0], done.stderr[-4000:]
+    assert "never checked in" not in done.stderr, "the fork checked in: the step guard stops it, not the watch"
+
+
+def test_an_exec_in_place_into_a_python_without_the_hook_stops_the_launch_naming_the_exec(stand_in):
+    upstream, env = stand_in
+    derivative(upstream)
+    exec_variant = ("python -c 'import os, sys; os.execv(sys.executable, "
+                    "[sys.executable, \"-I\", \"trainer/train_variant.py\", \"--out\", \"steps\"])'")
+    done = launch(upstream, env, f"python trainer/train.py --out steps; {exec_variant}", "--otca")
+    assert done.returncode == 2, done.stderr[-4000:]
+    steps = markers(upstream)
+    assert len(steps) == STEPS and all(step["layer"] for step in steps), "only the patched run stepped"
+    stop = [l for l in done.stderr.splitlines() if "never checked in with the layer" in l]
+    assert len(stop) == 1, done.stderr[-4000:]
+    assert "then replaced its program in place (exec) with" in stop[0] and "-I trainer/train_variant.py" in stop[0]
+    assert "started with -I" in stop[0], stop[0]
+
+
+def test_a_process_that_outlives_the_top_process_without_checking_in_is_named_and_stopped(stand_in):
+    upstream, env = stand_in
+    derivative(upstream)
+    background = "nohup env PYTHONPATH=/nowhere python trainer/train_variant.py --out steps > /dev/null 2>&1 &"
+    done = launch(upstream, env, f"python trainer/train.py --out steps; {background}", "--otca")
+    assert done.returncode == 2, done.stderr[-4000:]
+    assert "the launch's top process ended (status 0) while 1 process it started still runs: pid" in done.stderr
+    stop = [l for l in done.stderr.splitlines() if "never checked in with the layer" in l]
+    assert len(stop) == 1 and "trainer/train_variant.py" in stop[0], done.stderr[-4000:]
+    assert "PYTHONPATH=/nowhere" in stop[0] and "still running after the launch's top process had ended" in stop[0]
+    time.sleep(5)  # the stopped process is gone: it takes no step once the launch has returned
+    steps = markers(upstream)
+    assert len(steps) == STEPS and all(step["layer"] for step in steps), steps
+
+
+def test_a_checked_in_process_that_outlives_the_top_process_is_waited_for(stand_in):
+    upstream, env = stand_in
+    done = launch(upstream, env, "(sleep 1; python trainer/train.py --out steps) > /dev/null 2>&1 &", "--otca")
+    assert done.returncode == 0, done.stderr[-4000:]
+    # the subshell, with its sleep or the trainer once the launch script's shell has forked them
+    assert re.search(r"the launch's top process ended \(status 0\) while \d+ process(es)? it started still runs?: "
+                     r"pid \d+ `bash ", done.stderr), done.stderr[-4000:]
+    assert re.search(r"the \d+ process(es)? that outlived the launch's top process ended\n", done.stderr)
+    steps = markers(upstream)
+    assert len(steps) == STEPS and all(step["layer"] and step["advantages"] == PATCHED_ADVANTAGES for step in steps)

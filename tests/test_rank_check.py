@@ -399,30 +399,90 @@ def test_a_rank_late_by_one_and_a_half_short_windows_passes_within_the_groups_ti
 def test_the_entry_holds_each_registry_rewards_checkpoint_identity(tmp_path, monkeypatch):
     import hashlib
 
-    data = bytes(range(256)) * 6144  # 1.5 MiB: only the first MiB is hashed
+    data = bytes(range(256)) * 6144  # 1.5 MiB
     checkpoint = tmp_path / "clip.safetensors"
     checkpoint.write_bytes(data)
     monkeypatch.delenv("OTCA_CKPT_CLIP_T", raising=False)
     config = OtcaConfig(otca=True, otca_rewards=("upstream", "clip_t"), otca_reward_ckpt={"clip_t": str(checkpoint)})
     entry = rank_check.entry(config, SPEC_STUB, __file__)
     assert entry["checkpoints"] == {"clip_t": {"path": str(checkpoint), "size": len(data),
-                                               "sha256_first_mib": hashlib.sha256(data[:1 << 20]).hexdigest()}}
+                                               "sha256": hashlib.sha256(data).hexdigest()}}
     assert "otca_reward_ckpt" not in entry["flags"]  # a node-local path: the content is compared instead
     monkeypatch.setenv("OTCA_CKPT_CLIP_T", str(checkpoint))  # the same file through the variable: the same identity
     assert rank_check.entry(OtcaConfig(otca=True, otca_rewards=("clip_t",)), SPEC_STUB, __file__)["checkpoints"] \
         == entry["checkpoints"]
 
 
+def test_two_files_of_one_size_that_differ_after_the_first_mib_are_different_rewards(tmp_path):
+    from otca_patch.rewards.checkpoints import identity
+
+    head = bytes(range(256)) * 4096  # 1 MiB the two share
+    v20, v21 = tmp_path / "hps_v2.0.pt", tmp_path / "hps_v2.1.pt"
+    v20.write_bytes(head + b"\x00" * 4096)
+    v21.write_bytes(head + b"\x00" * 4095 + b"\x01")  # the last byte differs: a fine-tuned head
+    mine, theirs = identity(v20), identity(v21)
+    assert mine["size"] == theirs["size"] and mine["sha256"] != theirs["sha256"]
+    store = dist.HashStore()
+    registered(store, 1, host="node-b", checkpoints={"hpsv2": theirs})
+    with pytest.raises(RankError) as caught:
+        check_ranks(store, 0, 2, {**ENTRY, "checkpoints": {"hpsv2": mine}}, timeout=5)
+    assert f"reward checkpoint hpsv2 {v21} ({len(head) + 4096} bytes, sha256 {theirs['sha256'][:12]})" in str(caught.value)
+
+
+def test_a_file_changed_in_place_is_hashed_again(tmp_path):
+    from otca_patch.rewards.checkpoints import identity
+
+    checkpoint = tmp_path / "head.pt"
+    checkpoint.write_bytes(b"a" * 100)
+    before = identity(checkpoint)["sha256"]
+    assert identity(checkpoint)["sha256"] == before  # the second call reads the process's cache
+    checkpoint.write_bytes(b"b" * 100)
+    os.utime(checkpoint, ns=(1, 1))  # another modification time even on a coarse clock
+    assert identity(checkpoint)["sha256"] != before
+
+
+def test_the_same_file_at_two_paths_given_as_an_option_is_the_same_reward(tmp_path, monkeypatch):
+    """The README's form `--otca_reward_opt aesthetic.clip_checkpoint=PATH`, each node holding the file
+    at its own path: one setting, compared by content."""
+    node_a, node_b = tmp_path / "node-a", tmp_path / "node-b"
+    for node in (node_a, node_b):
+        node.mkdir()
+        (node / "ViT-L-14.pt").write_bytes(b"clip weights" * 1000)
+        (node / "head.pth").write_bytes(b"head weights" * 100)
+    monkeypatch.delenv("OTCA_CKPT_AESTHETIC", raising=False)
+    monkeypatch.delenv("OTCA_CKPT_AESTHETIC_CLIP", raising=False)
+
+    def entry_on(node, clip_bytes=None):
+        if clip_bytes is not None:
+            (node / "ViT-L-14.pt").write_bytes(clip_bytes)
+        config = OtcaConfig(otca=True, otca_rewards=("aesthetic",), otca_reward_ckpt={"aesthetic": str(node / "head.pth")},
+                            otca_reward_opt={"aesthetic": {"clip_checkpoint": str(node / "ViT-L-14.pt")}})
+        return {**ENTRY, **{k: v for k, v in rank_check.entry(config, SPEC_STUB, __file__).items()
+                            if k in ("flags", "checkpoints")}}
+
+    mine, theirs = entry_on(node_a), entry_on(node_b)
+    store = dist.HashStore()
+    registered(store, 1, **{k: theirs[k] for k in ("flags", "checkpoints")}, host="node-b")
+    assert check_ranks(store, 0, 2, mine, timeout=5)["world_size"] == 2
+    theirs = entry_on(node_b, b"other clip" * 1000)
+    store = dist.HashStore()
+    registered(store, 1, **{k: theirs[k] for k in ("flags", "checkpoints")}, host="node-b")
+    with pytest.raises(RankError) as caught:
+        check_ranks(store, 0, 2, mine, timeout=5)
+    assert f"reward checkpoint aesthetic.clip_checkpoint {node_b / 'ViT-L-14.pt'}" in str(caught.value)
+    assert "--otca_reward_opt" not in str(caught.value)
+
+
 def test_ranks_with_different_checkpoint_files_stop_naming_both_paths():
-    mine = {"clip_t": {"path": "/node-a/clip.pt", "size": 10, "sha256_first_mib": "a" * 64}}
+    mine = {"clip_t": {"path": "/node-a/clip.pt", "size": 10, "sha256": "a" * 64}}
     store = dist.HashStore()
     registered(store, 1, host="node-b", checkpoints={"clip_t": {"path": "/node-b/clip.pt", "size": 10,
-                                                                 "sha256_first_mib": "b" * 64}})
+                                                                 "sha256": "b" * 64}})
     with pytest.raises(RankError) as caught:
         check_ranks(store, 0, 2, {**ENTRY, "checkpoints": mine}, timeout=5)
     assert ("rank 1 (host node-b) registered with different settings from rank 0 (host node-a): reward checkpoint "
-            "clip_t /node-b/clip.pt (10 bytes, sha256 of the first MiB bbbbbbbbbbbb) (rank 0: /node-a/clip.pt "
-            "(10 bytes, sha256 of the first MiB aaaaaaaaaaaa))") in str(caught.value)
+            "clip_t /node-b/clip.pt (10 bytes, sha256 bbbbbbbbbbbb) (rank 0: /node-a/clip.pt "
+            "(10 bytes, sha256 aaaaaaaaaaaa))") in str(caught.value)
     store = dist.HashStore()  # the same content at another path passes
     registered(store, 1, host="node-b", checkpoints={"clip_t": {**mine["clip_t"], "path": "/node-b/clip.pt"}})
     assert check_ranks(store, 0, 2, {**ENTRY, "checkpoints": mine}, timeout=5)["world_size"] == 2

@@ -16,7 +16,10 @@ checked. While it runs, nothing trains without the layer (docs/launch-guard.md):
 that never checks in with the launch (``python -I``, ``-E``, ``-S``, ``env -i``) stops the launch
 within seconds; in a process the layer did not patch, the first optimizer step raises, naming the
 code and its nearest spec; a copy of a targeted trainer stops at start (``--otca_target NAME=PATH``
-runs it patched). ``-m`` launches are patched like path launches. When the launch ends without any
+runs it patched). Forks of a process that checked in (DataLoader workers) are the launch's own; an
+exec in place must check in anew. The launch lasts until the last process it started has ended: one
+still running when the script has ended is named, and stopped if it never checks in. ``-m`` launches
+are patched like path launches. When the launch ends without any
 process having run a targeted file, the launch fails and names the Python scripts that did run.
 """
 from __future__ import annotations
@@ -30,6 +33,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -278,31 +282,66 @@ def record_file(workdir: Path) -> Path:
 def run_and_wait(command: list[str], env: dict, tree: watch.TreeWatch | None = None) -> int:
     """Run the launch as a child and wait: SIGTERM / SIGHUP are passed on; Ctrl-C reaches the child
     through the terminal's process group, so the wrapper only keeps waiting. With ``tree``, a Python
-    process of the launch that never checks in with the layer stops the launch (status 2)."""
+    process of the launch that never checks in with the layer stops the launch (status 2), and the
+    launch lasts until the last process of its tree has ended, also one that outlived the child: a
+    signal then stops what still runs."""
     if tree is not None:
         watch.become_subreaper()
     child = subprocess.Popen(command, env=env)
-    forward = lambda signum, _frame: child.send_signal(signum)
-    previous = {signum: signal.signal(signum, forward) for signum in (signal.SIGTERM, signal.SIGHUP)}
-    previous[signal.SIGINT] = signal.signal(signal.SIGINT, lambda *_: None)
+    caught = []  # signals that came once the child had ended: they stop what outlived it
+
+    def on_signal(signum, _frame):
+        if child.returncode is None:
+            if signum != signal.SIGINT:
+                child.send_signal(signum)
+        else:
+            caught.append(signum)
+
+    previous = {signum: signal.signal(signum, on_signal) for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)}
     try:
-        while True:
-            try:
-                code = child.wait(timeout=None if tree is None else watch.POLL_S)
-                break
-            except subprocess.TimeoutExpired:
-                pass
-            tree.reap_adopted(child.pid)
-            late = tree.late()
-            if late:
-                error(tree.describe(late))
-                tree.stop(late, child.pid)  # sets tree.stopped
-                child.wait()
-                return 2
+        code = child.wait() if tree is None else watch_tree(child, tree, caught)
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
     return 128 - code if code < 0 else code
+
+
+def watch_tree(child: subprocess.Popen, tree: watch.TreeWatch, caught: list) -> int:
+    """Wait for ``child`` and every process below this one (``run_and_wait``); the exit status."""
+    code = None
+    while True:
+        if code is None:
+            try:
+                code = child.wait(timeout=watch.POLL_S)
+            except subprocess.TimeoutExpired:
+                pass
+            else:
+                code = 128 - code if code < 0 else code
+                outliving = tree.top_ended(code)
+                if not outliving:
+                    return code
+                print(f"{PROG}: {outliving}", file=sys.stderr, flush=True)
+        else:
+            time.sleep(watch.POLL_S)
+        tree.reap_adopted(child.pid)
+        late = tree.late()
+        if late:
+            error(tree.describe(late))
+            tree.stop(late, child.pid)  # sets tree.stopped
+            child.wait()
+            return 2
+        if code is None:
+            continue
+        if caught:
+            name = signal.Signals(caught[0]).name
+            error(f"stopped by {name} while processes that outlived the launch's top process still ran")
+            tree.stop([], child.pid)
+            return 128 + caught[0]
+        if not tree.running():
+            tree.reap_adopted(child.pid)
+            line, failed = tree.outliving_end()
+            print(f"{PROG}: {line}", file=sys.stderr, flush=True)
+            return code or failed
 
 
 def error(message: str) -> int:

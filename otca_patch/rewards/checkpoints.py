@@ -79,30 +79,42 @@ def resolve(spec: CheckpointSpec, explicit: Optional[PathLike] = None,
     return path
 
 
-#: how much of a checkpoint file its identity hashes (enough to tell two different files apart)
-IDENTITY_BYTES = 1 << 20
+#: bytes read at a time while hashing a checkpoint (the whole file is hashed, never held in memory)
+HASH_CHUNK = 8 << 20
+#: ``(path, size, mtime_ns) -> sha256`` of the files this process hashed: each once per process
+_hashed: Dict[tuple, str] = {}
+
+
+def content_sha256(path: Path) -> str:
+    """The sha256 of the whole file at ``path``, read in chunks; a file hashed before in this process
+    (same path, size and modification time) is not read again."""
+    import hashlib
+
+    status = path.stat()
+    key = (str(path.resolve()), status.st_size, status.st_mtime_ns)
+    if key not in _hashed:
+        digest = hashlib.sha256()
+        with open(path, "rb") as handle:
+            for chunk in iter(lambda: handle.read(HASH_CHUNK), b""):
+                digest.update(chunk)
+        _hashed[key] = digest.hexdigest()
+    return _hashed[key]
 
 
 def identity(path: Path) -> dict:
-    """What tells two ranks' checkpoints apart without reading them whole: path, size in bytes and
-    the sha256 of the first MiB. A folder (a ``save_pretrained`` layout): its files' total size, and
-    the hash of their relative names and sizes followed by the first MiB of the largest one."""
+    """What tells two ranks' checkpoints apart by content, wherever each lies: path, size in bytes
+    and the sha256 of the whole file. A folder (a ``save_pretrained`` layout): its files' total size,
+    and the sha256 of each file's relative name and content sha256."""
     import hashlib
 
-    digest = hashlib.sha256()
+    path = Path(path)
     if path.is_dir():
         files = sorted(p for p in path.rglob("*") if p.is_file())
-        sizes = [p.stat().st_size for p in files]
-        for file, size in zip(files, sizes):
-            digest.update(f"{file.relative_to(path).as_posix()}\0{size}\n".encode())
-        head = max(zip(sizes, files))[1] if files else None
-        size = sum(sizes)
-    else:
-        head, size = path, path.stat().st_size
-    if head is not None:
-        with open(head, "rb") as handle:
-            digest.update(handle.read(IDENTITY_BYTES))
-    return {"path": str(path), "size": size, "sha256_first_mib": digest.hexdigest()}
+        digest = hashlib.sha256()
+        for file in files:
+            digest.update(f"{file.relative_to(path).as_posix()}\0{content_sha256(file)}\n".encode())
+        return {"path": str(path), "size": sum(p.stat().st_size for p in files), "sha256": digest.hexdigest()}
+    return {"path": str(path), "size": path.stat().st_size, "sha256": content_sha256(path)}
 
 
 def load_state_dict(spec: CheckpointSpec, path: Path, key: Optional[str] = None) -> Dict[str, torch.Tensor]:

@@ -5,9 +5,13 @@ environment lookups, one short append to the launch record and a meta-path entry
 ``scripts/bench_startup.py``). In an active launch (``$OTCA_PATCH_ARGS`` and ``$OTCA_PATCH_TARGETS``
 set by the wrapper) every process:
 
-- **checks in**: appends ``checkin<TAB>PID<TAB>START TIME`` to ``$OTCA_PATCH_RECORD``. The wrapper
-  watches its process tree and stops the launch when a Python process has not checked in shortly
-  after it started (``python -I``, ``-E``, ``-S``, ``env -i``: interpreters this hook never reaches).
+- **checks in**: appends ``checkin<TAB>PID<TAB>START TIME<TAB>PROGRAM`` to ``$OTCA_PATCH_RECORD``
+  (PROGRAM tells this program from one an exec in place replaces it with, which keeps the pid and
+  start time). The wrapper watches its process tree and stops the launch when a Python process has
+  not checked in shortly after it started (``python -I``, ``-E``, ``-S``, ``env -i``: interpreters
+  this hook never reaches). A process forked from this one (a DataLoader worker, a multiprocessing
+  ``fork`` child) inherits this one's state, layer and step guard included, and checks in at the
+  fork (``...<TAB>fork of PARENT PID``).
 - **becomes the layer's worker** when its script, or the file its ``-m`` module resolves to (found
   without importing it), is a targeted upstream file (``$OTCA_PATCH_TARGETS``: a JSON list of
   "/"-separated paths inside the checkout, or absolute ``--otca_target`` paths). It re-executes the
@@ -81,6 +85,37 @@ def _start_time():
             return handle.read().rsplit(b")", 1)[1].split()[19].decode()
     except (OSError, IndexError):
         return "?"
+
+
+#: the digest of ``_program`` (a Mersenne prime; the wrapper's ``watch.program`` computes the same)
+PROGRAM_MODULUS = (1 << 61) - 1
+
+
+def _program():
+    """What tells this program from one that replaces it in place: the auxiliary vector the kernel
+    wrote for this exec (its addresses are new on each exec under address-space randomisation), and
+    where randomisation is off the command line too, as a number in hex. A fork keeps both."""
+    try:
+        with open("/proc/self/auxv", "rb") as handle:
+            data = handle.read()
+        with open("/proc/sys/kernel/randomize_va_space", "rb") as handle:
+            if handle.read().strip() == b"0":
+                with open("/proc/self/cmdline", "rb") as command:
+                    data += command.read()
+    except OSError:
+        return ""
+    return format(int.from_bytes(data, "little") % PROGRAM_MODULUS, "x")
+
+
+def _check_in(program, forked_from=None):
+    return (f"checkin\t{os.getpid()}\t{_start_time()}\t{program}"
+            + (f"\tfork of {forked_from}" if forked_from is not None else ""))
+
+
+def _check_in_forks(program):
+    """Each process forked from this one, by ``os.fork`` (multiprocessing, DataLoader workers), checks
+    in as it starts: it runs this program with this process's state, so it is as safe as this one."""
+    os.register_at_fork(after_in_child=lambda: _record([_check_in(program, os.getppid())]))
 
 
 def _record(lines):
@@ -411,7 +446,9 @@ def _main():
             _fail(f"${ARGS_VARIABLE} asks for the layer but ${TARGETS_VARIABLE} does not say which files it "
                   f"targets; start the launch through `otca-patch launch` (refusing to run {script} unpatched)")
         return
-    lines = [f"checkin\t{os.getpid()}\t{_start_time()}"]
+    program = _program()
+    lines = [_check_in(program)]
+    _check_in_forks(program)
     shown, file, module, options = _what_runs()
     if file is not None:
         target = _targeted(file, targets, shown)
