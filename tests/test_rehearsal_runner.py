@@ -3,6 +3,7 @@ from run folders written here: what each mismatch makes of the line."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,7 @@ import torch
 from otca_patch.credit import CreditConfig, credit_from_progress
 from otca_patch.rehearsal.launch_script import launcher_line, set_options, split_launcher
 from otca_patch.rehearsal.plan import Plan
-from otca_patch.rehearsal.runner import RUNS, Run, judge
+from otca_patch.rehearsal.runner import RUNS, Run, failure, judge, run_once
 
 RANKS = 2
 PER_RANK = 4  # samples per rank: two groups of two per step
@@ -137,3 +138,31 @@ def test_the_launch_line_is_read_from_the_script_and_only_the_named_options_chan
     assert file == "fastvideo/train.py"
     assert set_options(arguments, {"--h": "32", "--use_group": None, "--new": "1"}) == [
         "--seed", "42", "--h", "32", "--clip_range", "1e-4", "--new", "1"]
+
+
+ENDLESS = "import pathlib, time\nfor step in range(10**6):\n    pathlib.Path('step.txt').write_text(str(step))\n    time.sleep(0.2)\n"
+
+
+def endless_plan(tmp_path: Path, **fields) -> Plan:
+    """A main that never ends by itself: it writes its step count to ./step.txt every 0.2 s."""
+    return Plan(target="endless", cwd=tmp_path, command=lambda run: [sys.executable, "-c", ENDLESS], env={},
+                ranks=1, dataloader_workers=1, steps=1, replacements=[], metrics=lambda run: [],
+                checkpoint_saved=lambda run: True, run_cwd=lambda run: run, **fields)
+
+
+def test_a_main_that_never_ends_is_stopped_once_finished_and_that_is_its_end(tmp_path):
+    def finished(run: Path) -> bool:
+        return (run / "step.txt").is_file() and int((run / "step.txt").read_text() or 0) >= 3
+
+    plan = endless_plan(tmp_path, finished=finished, timeout_s=600)
+    run = run_once(plan, "unwrapped", tmp_path / "unwrapped")
+    assert run.stopped_when_finished and not run.timed_out
+    assert failure(plan, run) is None
+    assert int((tmp_path / "unwrapped" / "step.txt").read_text()) >= 3
+
+
+def test_a_run_past_its_limit_is_stopped_and_fails(tmp_path):
+    plan = endless_plan(tmp_path, timeout_s=3)
+    run = run_once(plan, "unwrapped", tmp_path / "unwrapped")
+    assert run.timed_out
+    assert failure(plan, run) == "FAIL endless the unwrapped run was stopped at its 3 s limit"
