@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from otca_patch.credit import CreditConfig, credit_from_progress
-from otca_patch.rehearsal.launch_script import launcher_line, set_options, split_launcher
+from otca_patch.rehearsal.launch_script import expanded_launcher_line, launcher_line, set_options, split_launcher
 from otca_patch.rehearsal.plan import Plan
 from otca_patch.rehearsal.runner import RUNS, Run, failure, judge, run_once
 
@@ -166,3 +166,14 @@ def test_a_run_past_its_limit_is_stopped_and_fails(tmp_path):
     run = run_once(plan, "unwrapped", tmp_path / "unwrapped")
     assert run.timed_out
     assert failure(plan, run) == "FAIL endless the unwrapped run was stopped at its 3 s limit"
+
+
+def test_a_remote_launch_line_gets_the_scripts_plain_variables_only(tmp_path):
+    script = tmp_path / "launch.sh"
+    script.write_text('function pick() {\n    free_port=$port\n}\nfree_port=$(pick)\nsteps=25  # more\n'
+                      'key=""\npdsh -w ^hosts "cd $here ;\n        torchrun --node_rank \\$INDEX --master_port '
+                      '$free_port \\\n            train.py \\\n            --steps $steps \\\n'
+                      '            --key $key \\\n            --last "\n')
+    launcher, file, arguments = split_launcher(expanded_launcher_line(script))
+    assert launcher == ["torchrun", "--node_rank", "$INDEX", "--master_port", "$free_port"]
+    assert (file, arguments) == ("train.py", ["--steps", "25", "--key", "", "--last"])
