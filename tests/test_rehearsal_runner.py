@@ -140,7 +140,8 @@ def test_the_launch_line_is_read_from_the_script_and_only_the_named_options_chan
         "--seed", "42", "--h", "32", "--clip_range", "1e-4", "--new", "1"]
 
 
-ENDLESS = "import pathlib, time\nfor step in range(10**6):\n    pathlib.Path('step.txt').write_text(str(step))\n    time.sleep(0.2)\n"
+ENDLESS = ("import pathlib, time\nfor step in range(10**6):\n    pathlib.Path('step.txt').write_text(str(step))\n"
+           "    time.sleep(0.2)\n")
 
 
 def endless_plan(tmp_path: Path, **fields) -> Plan:
