@@ -178,3 +178,25 @@ def test_a_remote_launch_line_gets_the_scripts_plain_variables_only(tmp_path):
     launcher, file, arguments = split_launcher(expanded_launcher_line(script))
     assert launcher == ["torchrun", "--node_rank", "$INDEX", "--master_port", "$free_port"]
     assert (file, arguments) == ("train.py", ["--steps", "25", "--key", "", "--last"])
+
+
+def test_a_target_whose_upstream_is_missing_fails_naming_where_it_looked(tmp_path, monkeypatch, capsys):
+    from otca_patch.rehearsal.__main__ import main
+
+    monkeypatch.setenv("OTCA_UPSTREAM_DANCEGRPO", str(tmp_path / "nowhere"))
+    assert main(["--out", str(tmp_path / "out"), "dancegrpo-flux"]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert f"FAIL dancegrpo-flux the rehearsal could not be prepared: UpstreamMissing: $OTCA_UPSTREAM_DANCEGRPO=" \
+           f"{tmp_path / 'nowhere'} is not a DanceGRPO checkout (it has no fastvideo/train_grpo_flux.py)" in lines
+    assert lines[-1].startswith("launch rehearsal: failed (1 of 1 targets) in ")
+
+
+def test_an_unknown_target_is_refused_naming_the_known_ones(capsys):
+    from otca_patch.rehearsal.__main__ import main
+
+    with pytest.raises(SystemExit) as stopped:
+        main(["dancegrpo-nope"])
+    assert stopped.value.code == 2
+    error = capsys.readouterr().err
+    assert "not a rehearsal target: dancegrpo-nope (they are: " in error
+    assert "dancegrpo-flux" in error and "mixgrpo-flux" in error
