@@ -18,7 +18,7 @@
 #
 # Then the launch rehearsal (python -m otca_patch.rehearsal --device cuda, or cpu in --rehearse): each
 # rehearsed target's upstream launch line end to end, one PASS/FAIL line each, at most
-# OTCA_GPU_CHECK_LAUNCH_S (default 240 s on a GPU, 1500 s here) in all.
+# OTCA_GPU_CHECK_LAUNCH_S (default 240 s on a GPU, 1500 s here) in all; 0 leaves it out.
 # Runs go OTCA_GPU_CHECK_JOBS at a time (default 6 on a GPU, 2 here), each capped at OTCA_GPU_CHECK_RUN_S
 # (default 120 s on a GPU, 400 s here); the benches at 150 s and 100 s: at most about 9 minutes on a GPU.
 # OTCA_GPU_CHECK_KEEP=DIR: every log and figure also lands in DIR/gpu_check_logs.tar.gz.
@@ -228,6 +228,8 @@ known = families()
 asked = sys.argv[1:]
 print(" ".join(t for t in (asked or known) if t in known) or "-")' "$@" 2> "$work/launch_targets.err")"; then
   failed=1; echo "FAIL launch rehearsal: $(tail -1 "$work/launch_targets.err")"
+elif [ "$launch_limit" = 0 ]; then
+  say "launch rehearsal: left out (OTCA_GPU_CHECK_LAUNCH_S=0)"
 elif [ "$launch_targets" = - ]; then
   say "launch rehearsal: none of the targets asked is rehearsed"
 else

@@ -3,15 +3,16 @@ from run folders written here: what each mismatch makes of the line."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 from otca_patch.credit import CreditConfig, credit_from_progress
-from otca_patch.rehearsal.launch_script import launcher_line, set_options, split_launcher
+from otca_patch.rehearsal.launch_script import expanded_launcher_line, launcher_line, set_options, split_launcher
 from otca_patch.rehearsal.plan import Plan
-from otca_patch.rehearsal.runner import RUNS, Run, judge
+from otca_patch.rehearsal.runner import RUNS, Run, failure, judge, run_once
 
 RANKS = 2
 PER_RANK = 4  # samples per rank: two groups of two per step
@@ -115,7 +116,8 @@ def test_a_rank_exception_is_named_without_its_rank_prefix(tmp_path):
         "[rank1]: ValueError: Unsupported caption type\n"
         "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:\n")
     runs["unwrapped"] = Run("unwrapped", tmp_path / "unwrapped", returncode=1, seconds=1.0)
-    assert judge(plan_reading(tmp_path), runs) == "FAIL toy the unwrapped run exited 1: ValueError: Unsupported caption type"
+    assert judge(plan_reading(tmp_path), runs) == ("FAIL toy the unwrapped run exited 1: ValueError: Unsupported "
+                                                   "caption type")
 
 
 @pytest.mark.parametrize("bad", [{"ranks": 0}, {"dataloader_workers": 0}, {"otca_flags": ["--otca"]}])
@@ -136,3 +138,65 @@ def test_the_launch_line_is_read_from_the_script_and_only_the_named_options_chan
     assert file == "fastvideo/train.py"
     assert set_options(arguments, {"--h": "32", "--use_group": None, "--new": "1"}) == [
         "--seed", "42", "--h", "32", "--clip_range", "1e-4", "--new", "1"]
+
+
+ENDLESS = ("import pathlib, time\nfor step in range(10**6):\n    pathlib.Path('step.txt').write_text(str(step))\n"
+           "    time.sleep(0.2)\n")
+
+
+def endless_plan(tmp_path: Path, **fields) -> Plan:
+    """A main that never ends by itself: it writes its step count to ./step.txt every 0.2 s."""
+    return Plan(target="endless", cwd=tmp_path, command=lambda run: [sys.executable, "-c", ENDLESS], env={},
+                ranks=1, dataloader_workers=1, steps=1, replacements=[], metrics=lambda run: [],
+                checkpoint_saved=lambda run: True, run_cwd=lambda run: run, **fields)
+
+
+def test_a_main_that_never_ends_is_stopped_once_finished_and_that_is_its_end(tmp_path):
+    def finished(run: Path) -> bool:
+        return (run / "step.txt").is_file() and int((run / "step.txt").read_text() or 0) >= 3
+
+    plan = endless_plan(tmp_path, finished=finished, timeout_s=600)
+    run = run_once(plan, "unwrapped", tmp_path / "unwrapped")
+    assert run.stopped_when_finished and not run.timed_out
+    assert failure(plan, run) is None
+    assert int((tmp_path / "unwrapped" / "step.txt").read_text()) >= 3
+
+
+def test_a_run_past_its_limit_is_stopped_and_fails(tmp_path):
+    plan = endless_plan(tmp_path, timeout_s=3)
+    run = run_once(plan, "unwrapped", tmp_path / "unwrapped")
+    assert run.timed_out
+    assert failure(plan, run) == "FAIL endless the unwrapped run was stopped at its 3 s limit"
+
+
+def test_a_remote_launch_line_gets_the_scripts_plain_variables_only(tmp_path):
+    script = tmp_path / "launch.sh"
+    script.write_text('function pick() {\n    free_port=$port\n}\nfree_port=$(pick)\nsteps=25  # more\n'
+                      'key=""\npdsh -w ^hosts "cd $here ;\n        torchrun --node_rank \\$INDEX --master_port '
+                      '$free_port \\\n            train.py \\\n            --steps $steps \\\n'
+                      '            --key $key \\\n            --last "\n')
+    launcher, file, arguments = split_launcher(expanded_launcher_line(script))
+    assert launcher == ["torchrun", "--node_rank", "$INDEX", "--master_port", "$free_port"]
+    assert (file, arguments) == ("train.py", ["--steps", "25", "--key", "", "--last"])
+
+
+def test_a_target_whose_upstream_is_missing_fails_naming_where_it_looked(tmp_path, monkeypatch, capsys):
+    from otca_patch.rehearsal.__main__ import main
+
+    monkeypatch.setenv("OTCA_UPSTREAM_DANCEGRPO", str(tmp_path / "nowhere"))
+    assert main(["--out", str(tmp_path / "out"), "dancegrpo-flux"]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert f"FAIL dancegrpo-flux the rehearsal could not be prepared: UpstreamMissing: $OTCA_UPSTREAM_DANCEGRPO=" \
+           f"{tmp_path / 'nowhere'} is not a DanceGRPO checkout (it has no fastvideo/train_grpo_flux.py)" in lines
+    assert lines[-1].startswith("launch rehearsal: failed (1 of 1 targets) in ")
+
+
+def test_an_unknown_target_is_refused_naming_the_known_ones(capsys):
+    from otca_patch.rehearsal.__main__ import main
+
+    with pytest.raises(SystemExit) as stopped:
+        main(["dancegrpo-nope"])
+    assert stopped.value.code == 2
+    error = capsys.readouterr().err
+    assert "not a rehearsal target: dancegrpo-nope (they are: " in error
+    assert "dancegrpo-flux" in error and "mixgrpo-flux" in error

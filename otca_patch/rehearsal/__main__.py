@@ -84,9 +84,12 @@ def main(argv=None) -> int:
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         futures = [pool.submit(rehearse_target, t, known[t], out, args.device, args.keep) for t in targets]
         lines = []
-        for future in futures:  # in the order asked
+        for target, future in zip(targets, futures):  # in the order asked
             lines.append(future.result())
             print(lines[-1], flush=True)
+            replaced = out / target / "replacements.txt"
+            if replaced.is_file():  # what was replaced for this machine, under its line
+                print("".join(f"    replaced: {line}\n" for line in replaced.read_text().splitlines()), end="")
     failed = [line for line in lines if not line.startswith("PASS ")]
     seconds = time.monotonic() - started
     verdict = f"passed ({len(lines)} targets)" if not failed else f"failed ({len(failed)} of {len(lines)} targets)"

@@ -116,7 +116,8 @@ def tiny_hps(folder: Path) -> tuple[Path, list[str]]:
 def flux_embeddings(flux: Path, out: Path, prompts=IMAGE_PROMPTS) -> Path:
     """``data/rl_embeddings`` as ``preprocess_flux_embedding.py`` writes it (per prompt i:
     ``prompt_embed/i.pt`` [L, D], ``pooled_prompt_embeds/i.pt`` [D], ``text_ids/i.pt`` (row i of what
-    ``encode_prompt`` returns, as upstream indexes it) and ``videos2caption.json``), from the tiny FLUX folder's own text encoders."""
+    ``encode_prompt`` returns, as upstream indexes it) and ``videos2caption.json``), from the tiny FLUX
+    folder's own text encoders."""
     import torch
     from diffusers import FluxPipeline
 
@@ -148,6 +149,7 @@ def flux_plan(work: Path, device: str) -> Plan:
     hps_config, hps_replaced = tiny_hps(work / "hps")
     ranks = ranks_on(device)
     words, replaced = torchrun_command(checkout / "scripts/finetune/finetune_flux_grpo.sh", FLUX_SMALL, ranks)
+    accumulation = int(option_value(words, "--gradient_accumulation_steps"))
 
     def run_cwd(run: Path) -> Path:
         here = copy_checkout(checkout, run / "DanceGRPO")
@@ -167,14 +169,13 @@ def flux_plan(work: Path, device: str) -> Plan:
         # rank 0 prints one "final loss" per sample; upstream steps its optimizer every
         # gradient_accumulation_steps samples
         losses = [line for line in _lines(run / "stdout.log") if line.startswith("final loss ")]
-        accumulation = int(option_value(words, "--gradient_accumulation_steps"))
         return len(losses) // accumulation
 
     def checkpoint_saved(run: Path) -> bool:
         saved = run / "DanceGRPO" / "data" / "outputs" / "grpo" / "checkpoint-2-0"
         return (saved / "diffusion_pytorch_model.safetensors").is_file() and (saved / "config.json").is_file()
 
-    per_sample = int(option_value(words, "--num_generations")) // int(option_value(words, "--gradient_accumulation_steps"))
+    per_sample = int(option_value(words, "--num_generations")) // accumulation
     return Plan(
         target="dancegrpo-flux", cwd=checkout, command=lambda run: launch(words, ranks),
         env=environment(device, {TINY_HPS_CONFIG_VARIABLE: str(hps_config)}), ranks=ranks,
@@ -182,9 +183,11 @@ def flux_plan(work: Path, device: str) -> Plan:
         steps=int(FLUX_SMALL["--max_train_steps"]) * per_sample,
         replacements=[*replaced,
                       "data/flux (FLUX.1-dev) -> a tiny FLUX pipeline folder in diffusers' layout",
-                      "data/rl_embeddings -> preprocess_flux_embedding.py's layout from the tiny folder's text encoders",
+                      "data/rl_embeddings -> preprocess_flux_embedding.py's layout from the tiny folder's text "
+                      "encoders",
                       *hps_replaced, *(REPLACEMENTS_CPU if device == "cpu" else []), PINNED_STRUCTURE,
-                      "pip install -e . -> the checkout on PYTHONPATH; WANDB_MODE=online -> disabled (upstream's script also sets WANDB_DISABLED=true)"],
+                      "pip install -e . -> the checkout on PYTHONPATH; WANDB_MODE=online -> disabled (upstream's "
+                      "script also sets WANDB_DISABLED=true)"],
         metrics=metrics, checkpoint_saved=checkpoint_saved, run_cwd=run_cwd, steps_taken=steps_taken)
 
 

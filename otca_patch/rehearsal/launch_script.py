@@ -48,11 +48,12 @@ def set_options(words: list[str], values: dict[str, str | None]) -> list[str]:
 
 
 def shell_variables(script: Path) -> dict[str, str]:
-    """The script's plain ``name=value`` assignments (a value built by a command, ``$(...)``, is left out)."""
+    """The script's plain ``name=value`` assignments: a value that refers to anything (``$port``,
+    ``$(command)``) is left out, so what it names stays unexpanded."""
     variables = {}
     for line in script.read_text().splitlines():
         name, eq, value = line.strip().partition("=")
-        if eq and name.isidentifier() and "$(" not in value:
+        if eq and name.isidentifier() and "$" not in value:
             words = shlex.split(value, comments=True)
             variables[name] = words[0] if words else ""
     return variables

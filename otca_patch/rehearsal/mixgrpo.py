@@ -48,8 +48,9 @@ def plan(target: str, work: Path, device: str) -> Plan:
     ranks = ranks_on(device)
     launcher, script, arguments = split_launcher(expanded_launcher_line(checkout / SCRIPT))
     words = [script, *set_options(arguments, SMALL)]
-    out = Path(option_value(words, "--output_dir")) / f"{option_value(words, '--training_strategy')}_{option_value(words, '--experiment_name')}"
-    rewards_file = out / f"flux_{option_value(words, '--reward_model')}_{option_value(words, '--training_strategy')}_{option_value(words, '--experiment_name')}.txt"
+    strategy, experiment = option_value(words, "--training_strategy"), option_value(words, "--experiment_name")
+    out = Path(option_value(words, "--output_dir")) / f"{strategy}_{experiment}"
+    rewards_file = out / f"flux_{option_value(words, '--reward_model')}_{strategy}_{experiment}.txt"
     per_step = int(option_value(words, "--num_generations"))  # samples per rank and training step
     accumulation = int(option_value(words, "--gradient_accumulation_steps"))
 
@@ -103,7 +104,8 @@ def plan(target: str, work: Path, device: str) -> Plan:
                       "the endless epoch loop -> stopped (SIGTERM) once 2 training steps and the checkpoint are done; "
                       "stdout unbuffered so that what they printed is all there",
                       "data/flux (FLUX.1-dev) -> a tiny FLUX pipeline folder in diffusers' layout",
-                      "data/rl_embeddings/prompt.json -> preprocess_flux_embedding.py's layout from the tiny text encoders",
+                      "data/rl_embeddings/prompt.json -> preprocess_flux_embedding.py's layout from the tiny text "
+                      "encoders",
                       *hps_replaced,
                       "the HPSv2 git checkout (README) -> HPSv2/hpsv2 linked to the installed hpsv2 package",
                       "clip (OpenAI's, a git install) and ImageReward -> import stubs where they do not import",

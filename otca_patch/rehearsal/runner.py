@@ -166,12 +166,20 @@ def judge(plan: Plan, runs: dict[str, Run]) -> str:
             f"steps={min(taken.values())} checkpoint=yes vanilla=identical credit=reference")
 
 
+def record_run(path: Path, run: Run) -> None:
+    """A line of the target's ``runs.txt``: how each run ended and its wall time."""
+    stopped = " (stopped once finished)" if run.stopped_when_finished else ""
+    with open(path, "a") as record:
+        record.write(f"{run.name}: exit {run.returncode}{stopped}, {run.seconds:.0f} s\n")
+
+
 def rehearse(plan: Plan, folder: Path) -> str:
     """Run the three runs of ``plan`` under ``folder`` and return the target's line."""
     (folder / "replacements.txt").write_text("".join(f"{line}\n" for line in plan.replacements))
     runs = {}
     for name in RUNS:
         runs[name] = run_once(plan, name, folder / name)
+        record_run(folder / "runs.txt", runs[name])
         if failure(plan, runs[name]):  # the later runs would have nothing to be compared with
             return failure(plan, runs[name])
     return judge(plan, runs)
