@@ -38,7 +38,7 @@ PINNED, NEWER = "ac4c86e", "9745241"
 class Target:
     """One FlowGRPO trainer as upstream launches it."""
 
-    commit: str
+    commits: tuple[str, ...]  # upstream commits whose spec holds on ``script``, the preferred first
     script: str
     launch_script: str  # upstream's launch script whose line the rehearsal runs
     model: str  # what upstream's config loads, for the replacement line
@@ -59,8 +59,10 @@ def _sd3() -> Target:
     from ..smoke.flowgrpo import config_overrides
     from ..smoke.tiny_sd3 import build_tiny_sd3
 
-    return Target(PINNED, flowgrpo_sd3.UPSTREAM_FILE, "scripts/single_node/grpo.sh", "stabilityai/stable-diffusion-3.5-medium",
-                  "tiny_sd3", build_tiny_sd3, flowgrpo_sd3.Sizes, config_overrides, "accelerate", 8)
+    # the SD3 spec holds on 9745241 too, the one FlowGRPO snapshot the GPU check's payload carries
+    return Target(commits=(PINNED, NEWER), script=flowgrpo_sd3.UPSTREAM_FILE,
+                  launch_script="scripts/single_node/grpo.sh", model="stabilityai/stable-diffusion-3.5-medium", model_folder="tiny_sd3", build_model=build_tiny_sd3,
+                  sizes=flowgrpo_sd3.Sizes, overrides=config_overrides, launcher="accelerate", workers=8)
 
 
 def _flux() -> Target:
@@ -68,8 +70,10 @@ def _flux() -> Target:
     from ..smoke.flowgrpo import common_overrides
     from ..smoke.tiny_flux import build_tiny_flux
 
-    return Target(NEWER, flowgrpo_flux.TRAINER.upstream_file, "scripts/single_node/grpo_flux.sh", "black-forest-labs/FLUX.1-dev",
-                  "tiny_flux", build_tiny_flux, flowgrpo_flux.Sizes, common_overrides, "accelerate", 8,
+    return Target(commits=(NEWER,), script=flowgrpo_flux.TRAINER.upstream_file,
+                  launch_script="scripts/single_node/grpo_flux.sh", model="black-forest-labs/FLUX.1-dev",
+                  model_folder="tiny_flux", build_model=build_tiny_flux, sizes=flowgrpo_flux.Sizes,
+                  overrides=common_overrides, launcher="accelerate", workers=8,
                   extra=["accelerate config: scripts/accelerate_configs/multi_gpu.yaml (DDP) for upstream's "
                          "deepspeed_zero2.yaml: DeepSpeed needs CUDA and is not installed here"],
                   launch_options={"--config_file": "scripts/accelerate_configs/multi_gpu.yaml"}, min_ranks=2)
@@ -85,9 +89,11 @@ def _qwenimage() -> Target:
 
     # evaluation runs at epochs > 0 only, and the config's epoch stop asks before it: the run iterates
     # the training loader (1 worker), not the 8-worker test loader
-    return Target(NEWER, flowgrpo_qwenimage.TRAINER.upstream_file, "scripts/single_node/grpo_qwenimage.sh", "Qwen/Qwen-Image",
-                  "tiny_qwenimage", build_tiny_qwenimage, flowgrpo_qwenimage.Sizes, overrides, "torchrun", 1,
-                  extra=["activation checkpointing and FSDP optimizer offload off (config keys; the smoke's CPU sizes)"],
+    return Target(commits=(NEWER,), script=flowgrpo_qwenimage.TRAINER.upstream_file,
+                  launch_script="scripts/single_node/grpo_qwenimage.sh", model="Qwen/Qwen-Image",
+                  model_folder="tiny_qwenimage", build_model=build_tiny_qwenimage, sizes=flowgrpo_qwenimage.Sizes,
+                  overrides=overrides, launcher="torchrun", workers=1,
+                  extra=["activation checkpointing and FSDP optimizer offload off (config keys; the smoke's sizes)"],
                   decodes_float_ids=True)
 
 
@@ -117,6 +123,17 @@ def checkout(commit: str, script: str) -> Path:
         raise upstreams.UpstreamMissing(f"no FlowGRPO checkout with {script} (commit {commit}): set {variable} or put "
                                         f"flow_grpo-{commit}.tar.gz in {upstreams.snapshot_places('')[0].parent}")
     return found
+
+
+def first_checkout(commits: tuple[str, ...], script: str) -> tuple[str, Path]:
+    """(commit, checkout) of the first of ``commits`` found; else the first one's error."""
+    errors = []
+    for commit in commits:
+        try:
+            return commit, checkout(commit, script)
+        except upstreams.UpstreamMissing as error:
+            errors.append(error)
+    raise errors[0]
 
 
 def qwen_transformers() -> str | None:
@@ -223,12 +240,14 @@ def transformers_major(paths: list[str]) -> int:
 
 def switched_off(overrides: dict) -> str:
     """What the CPU sizes switch off of upstream's training, for the config's replacement line."""
-    off = (["KL term"] if overrides.get("train.beta") == 0 else []) + (["EMA"] if overrides.get("train.ema") is False else [])
+    off = ["KL term"] if overrides.get("train.beta") == 0 else []
+    off += ["EMA"] if overrides.get("train.ema") is False else []
     return f", {' and '.join(off)} off" if off else ""
 
 
 #: launcher -> (its option for the processes per machine, its option for the port)
-LAUNCH_OPTIONS = {"accelerate": ("--num_processes", "--main_process_port"), "torchrun": ("--nproc_per_node", "--master_port")}
+LAUNCH_OPTIONS = {"accelerate": ("--num_processes", "--main_process_port"),
+                  "torchrun": ("--nproc_per_node", "--master_port")}
 
 
 def upstream_launch(source: Path, spec: Target) -> tuple[list[str], str, list[str], list[str]]:
@@ -249,7 +268,7 @@ def plan(target: str, work: Path, device: str) -> Plan:
     spec = TARGET_BUILDERS[target]()
     work = Path(work).resolve()
     work.mkdir(parents=True, exist_ok=True)
-    source = checkout(spec.commit, spec.script)
+    commit, source = first_checkout(spec.commits, spec.script)
     paths = [path for path in [qwen_transformers()] if path] if spec.launcher == "torchrun" else []
     model = build_model(spec, work / spec.model_folder, paths)
     dataset = work / "dataset"
@@ -297,7 +316,7 @@ def plan(target: str, work: Path, device: str) -> Plan:
            "WANDB_MODE": "offline", "HF_HUB_OFFLINE": "1"}
     replacements = [
         f"model: a tiny pipeline in diffusers' layout, {model} (config.pretrained.model; upstream: {spec.model})",
-        f"launch: upstream's {spec.launch_script} on {ranks} processes, a free port",
+        f"launch: upstream's {spec.launch_script} (flow_grpo {commit}) on {ranks} processes, a free port",
         f"config: upstream's {':'.join(named)} with CPU sizes (resolution {sizes.resolution}, "
         f"{sizes.num_steps} sampling steps, {sizes.batch_size} images per process, {sizes.num_image_per_prompt} per "
         f"prompt, {EPOCHS} epochs ended by the config's eval_freq, save_freq {SAVE_FREQ}{switched_off(overrides)})",

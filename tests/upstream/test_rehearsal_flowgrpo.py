@@ -10,8 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from upstream_snapshots import missing, shared_dir
 
-from otca_patch.rehearsal import flowgrpo
+from otca_patch.rehearsal import flowgrpo, upstreams
 from otca_patch.rehearsal.launch_script import launcher_line
 
 pytestmark = pytest.mark.upstream
@@ -71,3 +72,20 @@ def test_flowgrpo_sd3_rehearses_end_to_end(flow_grpo, flow_grpo_9745241, tmp_pat
            "credit=reference" in lines, done.stdout + done.stderr[-4000:]
     assert re.match(r"launch rehearsal: passed \(1 targets\) in \d+ s", lines[-1]), lines[-1]
     assert done.returncode == 0
+
+
+def test_sd3_rehearses_the_newer_snapshot_where_the_pinned_one_is_absent(tmp_path, monkeypatch):
+    """The GPU check's payload carries one FlowGRPO snapshot, 9745241 (the SD3 spec holds there too)."""
+    archive = shared_dir() / "upstream" / "flow_grpo-9745241.tar.gz"
+    if not archive.is_file():
+        missing(f"no {archive}")
+    (tmp_path / "upstream").mkdir()
+    (tmp_path / "upstream" / archive.name).symlink_to(archive)
+    monkeypatch.setenv("OTCA_SHARED", str(tmp_path))
+    for variable in ("OTCA_UPSTREAM_FLOW_GRPO", "OTCA_UPSTREAM_FLOW_GRPO_9745241"):
+        monkeypatch.delenv(variable, raising=False)
+    if any(place.is_file() for place in upstreams.snapshot_places("flow_grpo-ac4c86e.tar.gz")):
+        pytest.skip("the pinned snapshot is in this checkout's .gpu-payload")
+    commit, found = flowgrpo.first_checkout(flowgrpo.TARGET_BUILDERS["flowgrpo-sd3"]().commits, "scripts/train_sd3.py")
+    assert commit == "9745241"
+    assert (found / "scripts" / "train_flux.py").is_file()  # a file only the newer commit has
