@@ -16,6 +16,9 @@
 # GPU, never in a rehearsal). --rehearse builds the payload and the environment if needed, forces the
 # CPU (gloo stands in for NCCL) and prints the payload's size and its own wall time.
 #
+# Then the launch rehearsal (python -m otca_patch.rehearsal --device cuda, or cpu in --rehearse): each
+# rehearsed target's upstream launch line end to end, one PASS/FAIL line each, at most
+# OTCA_GPU_CHECK_LAUNCH_S (default 240 s on a GPU, 1500 s here) in all; 0 leaves it out.
 # Runs go OTCA_GPU_CHECK_JOBS at a time (default 6 on a GPU, 2 here), each capped at OTCA_GPU_CHECK_RUN_S
 # (default 120 s on a GPU, 400 s here); the benches at 150 s and 100 s: at most about 9 minutes on a GPU.
 # OTCA_GPU_CHECK_KEEP=DIR: every log and figure also lands in DIR/gpu_check_logs.tar.gz.
@@ -214,6 +217,35 @@ done
 wait
 report_done
 [ "${#not_run[@]}" -gt 0 ] && printf '%s\n' "${not_run[@]}"
+
+# ---- the launch rehearsal: upstream's own launch line end to end, with no wrapper, under
+# `otca-patch launch` and under --otca (python -m otca_patch.rehearsal), on this device
+launch_limit="${OTCA_GPU_CHECK_LAUNCH_S:-$( [ "$rehearse" = 1 ] && echo 1500 || echo 240)}"
+if ! launch_targets="$("$python" -c '
+import sys
+from otca_patch.rehearsal.__main__ import families
+known = families()
+asked = sys.argv[1:]
+print(" ".join(t for t in (asked or known) if t in known) or "-")' "$@" 2> "$work/launch_targets.err")"; then
+  failed=1; echo "FAIL launch rehearsal: $(tail -1 "$work/launch_targets.err")"
+elif [ "$launch_limit" = 0 ]; then
+  say "launch rehearsal: left out (OTCA_GPU_CHECK_LAUNCH_S=0)"
+elif [ "$launch_targets" = - ]; then
+  say "launch rehearsal: none of the targets asked is rehearsed"
+else
+  t0=$(date +%s)
+  (cd "$work" && OTCA_UPSTREAM_DANCEGRPO="${upstreams[DanceGRPO]:-}" OTCA_UPSTREAM_FLOW_GRPO="${upstreams[flow_grpo]:-}" \
+    OTCA_UPSTREAM_MIXGRPO="${upstreams[MixGRPO]:-}" timeout -k 10 "$launch_limit" \
+    "$python" -m otca_patch.rehearsal --device "$device" --out "$work/launch" $launch_targets) > "$work/launch.log" 2>&1
+  status=$?
+  grep -E '^(PASS|FAIL) ' "$work/launch.log"
+  if [ $status -ne 0 ]; then
+    failed=1
+    grep -q '^launch rehearsal: failed' "$work/launch.log" \
+      || echo "FAIL launch rehearsal ($(( $(date +%s) - t0 )) s): exit $status$( [ $status -ge 124 ] && echo ", over its ${launch_limit} s limit"): $(tail -1 "$work/launch.log" | cut -c1-200)"
+  fi
+  say "launch rehearsal: $(( $(date +%s) - t0 )) s; logs in $work/launch"
+fi
 
 # ---- the benchmarks: the credit's share of a FLUX-scale step, and the layer's memory
 bench() {  # LABEL LIMIT SCRIPT ARGS...

@@ -26,6 +26,7 @@ LAYERS = (
     ("targets",),  # the runtimes the inserted code calls
     ("launch", "tools"),  # running a rewritten script; rebase
     ("smoke",),  # CPU smoke runs of real upstream steps
+    ("rehearsal",),  # upstream launches run end to end under the wrapper
     ("analysis",),  # run logs to differences, intervals, verdicts
     ("ab", "demo", "evaluation"),  # commands built on all of the above
     ("cli",),  # the console command

@@ -6,12 +6,9 @@ Under CI (``CI=true``) a test that needs an upstream and finds none fails instea
 """
 from __future__ import annotations
 
-import fcntl
 import os
 import shutil
 import subprocess
-import tarfile
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -43,32 +40,12 @@ def shared_dir() -> Path:
 
 def unpack_snapshot(archive_name: str) -> Path | None:
     """The folder that ``shared/upstream/<archive_name>`` unpacks to (``DanceGRPO/``, ``flow_grpo/``, ``MixGRPO/``),
-    unpacked once per machine under the temporary directory; None when the archive is not there."""
+    unpacked once per machine under the temporary directory (the launch rehearsal's own unpacking,
+    ``otca_patch.rehearsal.upstreams.unpack``); None when the archive is not there."""
+    from otca_patch.rehearsal.upstreams import unpack
+
     archive = shared_dir() / "upstream" / archive_name
-    if not archive.is_file():
-        return None
-    stem = archive_name.removesuffix(".tar.gz")
-    cache = Path(tempfile.gettempdir()) / "otca-upstream-snapshots" / stem
-    done = cache / ".unpacked"
-    # one unpacker at a time: pytest-xdist workers and other suites on this machine share the folder
-    with open(_mkdir(cache.parent) / f"{stem}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not done.is_file() or done.read_text() != str(archive.stat().st_size):
-            staging = Path(tempfile.mkdtemp(prefix=f"{stem}-", dir=cache.parent))
-            with tarfile.open(archive) as tar:
-                tar.extractall(staging, filter="data") if hasattr(tarfile, "data_filter") else tar.extractall(staging)
-            shutil.rmtree(cache, ignore_errors=True)
-            staging.rename(cache)
-            done.write_text(str(archive.stat().st_size))
-    folders = [p for p in cache.iterdir() if p.is_dir()]
-    if len(folders) != 1:
-        raise RuntimeError(f"{archive} should unpack to one folder, got {[p.name for p in folders]}")
-    return folders[0]
-
-
-def _mkdir(path: Path) -> Path:
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    return unpack(archive) if archive.is_file() else None
 
 
 def upstream_checkout(name: str, env_var: str, marker_file: str) -> Path:

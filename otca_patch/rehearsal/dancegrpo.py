@@ -1,0 +1,201 @@
+"""The DanceGRPO family's rehearsals: ``fastvideo/train_grpo_flux.py`` (dancegrpo-flux) and
+``fastvideo/train_grpo_hunyuan.py`` (dancegrpo-hunyuan), each run by the ``torchrun`` line of
+upstream's own ``scripts/finetune/`` script in a per-run copy of the checkout (upstream writes
+``./images``, ``./reward.txt`` and its outputs into its working directory)."""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import socket
+import sys
+from pathlib import Path
+
+from . import upstreams
+from .launch_script import launcher_line, option_value, set_options, split_launcher
+from .plan import Plan
+from .standins import PINNED_STRUCTURE, REPLACEMENTS_CPU, TINY_HPS_CONFIG_VARIABLE
+
+TARGETS = ("dancegrpo-flux",)
+RANKS = 2  # on the CPU; on GPUs one process per GPU, at most 2 (NCCL takes one GPU per rank)
+STARTUP = Path(__file__).resolve().parent / "startup"
+#: upstream's numbers the CPU cannot afford -> the rehearsal's (each is stated as a replacement); its
+#: 12 generations and 16 sampling steps are kept: 3 optimizer steps per training step, and DataLoader
+#: workers that live through more than 10 s of training
+FLUX_SMALL = {"--max_train_steps": "2", "--checkpointing_steps": "2", "--h": "32", "--w": "32"}
+#: the prompts the tiny text encoders embed (the tiny T5 knows only their words)
+from ..smoke.sizes import IMAGE_PROMPTS  # noqa: E402
+
+FLOAT = r"(-?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|nan|inf))"
+#: what upstream's train_one_step prints on rank 0, one line per sample
+FLUX_PRINTS = re.compile(rf"^(reward|advantage|final loss) {FLOAT}$")
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def ranks_on(device: str) -> int:
+    if device == "cpu":
+        return RANKS
+    import torch
+
+    return max(1, min(RANKS, torch.cuda.device_count()))
+
+
+def torchrun_command(upstream_script: Path, small: dict[str, str], ranks: int) -> tuple[list[str], list[str]]:
+    """(upstream's torchrun line with ``small``'s values, less its node options, the replacements it makes)."""
+    launcher, script, arguments = split_launcher(launcher_line(upstream_script))
+    replaced = [f"{' '.join(launcher)} (several 8-GPU nodes) -> one node, {ranks} processes, loopback "
+                f"rendezvous on a free port"]
+    arguments = set_options(arguments, small)
+    replaced.append("upstream's sizes -> " + ", ".join(f"{k} {v}" for k, v in small.items()))
+    return [script, *arguments], replaced
+
+
+def launch(words: list[str], ranks: int) -> list[str]:
+    """``torchrun`` (this interpreter's, else the module it runs) on one node with ``ranks`` processes."""
+    torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent)) or shutil.which("torchrun")
+    launcher = [torchrun] if torchrun else [sys.executable, "-m", "torch.distributed.run"]
+    return [*launcher, "--nnodes=1", f"--nproc_per_node={ranks}", "--node_rank=0", "--master_addr=127.0.0.1",
+            f"--master_port={free_port()}", *words]
+
+
+def copy_checkout(checkout: Path, run: Path, keep: tuple[str, ...] = ("fastvideo",)) -> Path:
+    """``run/`` as a working copy of the checkout's code (``keep``), where upstream writes its files."""
+    run.mkdir(parents=True, exist_ok=True)
+    for name in keep:
+        shutil.copytree(checkout / name, run / name, symlinks=True,
+                        ignore=shutil.ignore_patterns("__pycache__"))
+    return run
+
+
+def numbers_printed(path: Path, pattern: re.Pattern) -> list[float]:
+    if not path.is_file():
+        return []
+    found = (pattern.match(line.strip()) for line in path.read_text(errors="replace").splitlines())
+    return [float(m.group(2)) for m in found if m]
+
+
+def environment(device: str, extra: dict[str, str]) -> dict[str, str]:
+    """PYTHONPATH: the stand-ins' start-up hook, then the working copy (upstream's ``pip install -e .``),
+    then what it held; wandb disabled (upstream's script sets WANDB_DISABLED=true)."""
+    import os
+
+    path = [str(STARTUP), ".", *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    return {"PYTHONPATH": os.pathsep.join(path),
+            "OTCA_REHEARSAL_DEVICE": device, "WANDB_DISABLED": "true", "WANDB_MODE": "disabled",
+            "OMP_NUM_THREADS": "1", **extra}
+
+
+# ---- tiny models and data in DanceGRPO's layout
+
+def tiny_hps(folder: Path) -> tuple[Path, list[str]]:
+    """``hps_ckpt/open_clip_pytorch_model.bin`` (the CLIP upstream's main builds first) and
+    ``hps_ckpt/HPS_v2.1_compressed.pt`` (``{'state_dict'}``, loaded over it), of the tiny hpsv2
+    architecture, whose config ``ViT-H-14.json`` stands for the ViT-H-14 upstream names."""
+    import torch
+
+    from ..rewards import tiny
+
+    checkpoints = folder / "hps_ckpt"
+    checkpoints.mkdir(parents=True, exist_ok=True)
+    hps = tiny.build_hpsv2(folder / "built")
+    shutil.copyfile(hps, checkpoints / "HPS_v2.1_compressed.pt")
+    state = torch.load(hps, map_location="cpu", weights_only=True)["state_dict"]
+    torch.save(state, checkpoints / "open_clip_pytorch_model.bin")
+    config = folder / "ViT-H-14.json"
+    config.write_text(json.dumps(tiny._TINY_CLIP_CFG))
+    return config, [f"HPS v2.1 (ViT-H-14, from the HPSv2 checkout) -> a 1-layer 32-wide hpsv2 CLIP written as "
+                    f"hps_ckpt/open_clip_pytorch_model.bin and hps_ckpt/HPS_v2.1_compressed.pt; hpsv2's "
+                    f"ViT-H-14 config -> that tiny one"]
+
+
+def flux_embeddings(flux: Path, out: Path, prompts=IMAGE_PROMPTS) -> Path:
+    """``data/rl_embeddings`` as ``preprocess_flux_embedding.py`` writes it (per prompt i:
+    ``prompt_embed/i.pt`` [L, D], ``pooled_prompt_embeds/i.pt`` [D], ``text_ids/i.pt`` (row i of what
+    ``encode_prompt`` returns, as upstream indexes it) and ``videos2caption.json``), from the tiny FLUX
+    folder's own text encoders."""
+    import torch
+    from diffusers import FluxPipeline
+
+    pipe = FluxPipeline.from_pretrained(str(flux), transformer=None, vae=None)
+    items = []
+    for folder in ("prompt_embed", "pooled_prompt_embeds", "text_ids"):
+        (out / folder).mkdir(parents=True, exist_ok=True)
+    with torch.inference_mode():
+        for index, caption in enumerate(prompts):
+            prompt_embeds, pooled, text_ids = pipe.encode_prompt(prompt=[caption], prompt_2=[caption],
+                                                                 max_sequence_length=8)
+            name = f"{index}.pt"
+            torch.save(prompt_embeds[0].clone(), out / "prompt_embed" / name)
+            torch.save(pooled[0].clone(), out / "pooled_prompt_embeds" / name)
+            torch.save(text_ids[0].clone(), out / "text_ids" / name)  # as upstream: text_ids[idx]
+            items.append({"prompt_embed_path": name, "text_ids": name, "pooled_prompt_embeds_path": name,
+                          "caption": caption})
+    (out / "videos2caption.json").write_text(json.dumps(items, indent=4))
+    return out / "videos2caption.json"
+
+
+def flux_plan(work: Path, device: str) -> Plan:
+    from ..smoke.tiny_flux import build_tiny_flux
+
+    checkout = upstreams.checkout("DanceGRPO")
+    flux = build_tiny_flux(work / "flux")
+    embeddings = work / "rl_embeddings"
+    flux_embeddings(flux, embeddings, IMAGE_PROMPTS * 2)
+    hps_config, hps_replaced = tiny_hps(work / "hps")
+    ranks = ranks_on(device)
+    words, replaced = torchrun_command(checkout / "scripts/finetune/finetune_flux_grpo.sh", FLUX_SMALL, ranks)
+    accumulation = int(option_value(words, "--gradient_accumulation_steps"))
+
+    def run_cwd(run: Path) -> Path:
+        here = copy_checkout(checkout, run / "DanceGRPO")
+        (here / "data").mkdir()
+        (here / "data" / "flux").symlink_to(flux)
+        (here / "data" / "rl_embeddings").symlink_to(embeddings)
+        (here / "hps_ckpt").symlink_to(work / "hps" / "hps_ckpt")
+        (here / "images").mkdir()  # upstream's script: mkdir images
+        return here
+
+    def metrics(run: Path) -> list[float]:
+        here = run / "DanceGRPO"
+        return numbers_printed(run / "stdout.log", FLUX_PRINTS) + numbers_printed(
+            here / "reward.txt", re.compile(rf"^(){FLOAT}$"))
+
+    def steps_taken(run: Path) -> int:
+        # rank 0 prints one "final loss" per sample; upstream steps its optimizer every
+        # gradient_accumulation_steps samples
+        losses = [line for line in _lines(run / "stdout.log") if line.startswith("final loss ")]
+        return len(losses) // accumulation
+
+    def checkpoint_saved(run: Path) -> bool:
+        saved = run / "DanceGRPO" / "data" / "outputs" / "grpo" / "checkpoint-2-0"
+        return (saved / "diffusion_pytorch_model.safetensors").is_file() and (saved / "config.json").is_file()
+
+    per_sample = int(option_value(words, "--num_generations")) // accumulation
+    return Plan(
+        target="dancegrpo-flux", cwd=checkout, command=lambda run: launch(words, ranks),
+        env=environment(device, {TINY_HPS_CONFIG_VARIABLE: str(hps_config)}), ranks=ranks,
+        dataloader_workers=int(option_value(words, "--dataloader_num_workers")),
+        steps=int(FLUX_SMALL["--max_train_steps"]) * per_sample,
+        replacements=[*replaced,
+                      "data/flux (FLUX.1-dev) -> a tiny FLUX pipeline folder in diffusers' layout",
+                      "data/rl_embeddings -> preprocess_flux_embedding.py's layout from the tiny folder's text "
+                      "encoders",
+                      *hps_replaced, *(REPLACEMENTS_CPU if device == "cpu" else []), PINNED_STRUCTURE,
+                      "pip install -e . -> the checkout on PYTHONPATH; WANDB_MODE=online -> disabled (upstream's "
+                      "script also sets WANDB_DISABLED=true)"],
+        metrics=metrics, checkpoint_saved=checkpoint_saved, run_cwd=run_cwd, steps_taken=steps_taken)
+
+
+def _lines(path: Path) -> list[str]:
+    return [line.strip() for line in path.read_text(errors="replace").splitlines()] if path.is_file() else []
+
+
+def plan(target: str, work: Path, device: str) -> Plan:
+    if target == "dancegrpo-flux":
+        return flux_plan(work, device)
+    raise ValueError(f"{target}: not a DanceGRPO rehearsal target (they are: {', '.join(TARGETS)})")

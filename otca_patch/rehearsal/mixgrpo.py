@@ -1,0 +1,116 @@
+"""MixGRPO's rehearsal (mixgrpo-flux): ``fastvideo/train_grpo_flux.py`` run by the ``torchrun`` line
+inside the ``pdsh`` string of ``scripts/finetune/finetune_flux_grpo_MixGRPO.sh``, its variables
+expanded, on one node, in a per-run copy of the checkout with the HPSv2 checkout its README clones.
+
+MixGRPO's ``main`` never ends by itself (it loops over 1,000,000 epochs of ``--max_train_steps``
+steps): the rehearsal stops the launch once 2 training steps are complete and the checkpoint is
+saved, and compares what those steps logged."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from . import upstreams
+from .dancegrpo import (FLOAT, IMAGE_PROMPTS, copy_checkout, environment, flux_embeddings, launch, numbers_printed,
+                        ranks_on, tiny_hps)
+from .launch_script import expanded_launcher_line, option_value, set_options, split_launcher
+from .plan import Plan
+from .standins import IMPORT_STUBS_VARIABLE, PINNED_STRUCTURE, REPLACEMENTS_CPU, TINY_HPS_CONFIG_VARIABLE
+
+TARGETS = ("mixgrpo-flux",)
+SCRIPT = "scripts/finetune/finetune_flux_grpo_MixGRPO.sh"
+#: training steps whose logs are compared; the launch is stopped once the next one has begun
+STEPS = 2
+#: upstream's values the CPU cannot afford, or that need what this machine lacks -> the rehearsal's;
+#: its 12 generations, 25 sampling steps and SDE window of 4 are kept
+SMALL = {"--max_train_steps": "2", "--checkpointing_steps": "2", "--h": "32", "--w": "32",
+         "--reward_model": "hpsv2"}
+#: what MixGRPO's train_one_step prints on rank 0, one line each per sample
+PRINTS = re.compile(rf"^(advantage|final loss|kl loss) {FLOAT}$")
+REWARD_LINE = re.compile(rf"^(HPSClipRewardModel): {FLOAT}$")
+
+
+def plan(target: str, work: Path, device: str) -> Plan:
+    if target != "mixgrpo-flux":
+        raise ValueError(f"{target}: not a MixGRPO rehearsal target (they are: {', '.join(TARGETS)})")
+    import hpsv2
+
+    from ..rewards.clip_libs import import_hpsv2_open_clip
+    from ..smoke.tiny_flux import build_tiny_flux
+
+    checkout = upstreams.checkout("MixGRPO")
+    import_hpsv2_open_clip()  # its wheel omits the tokenizer vocabulary the HPSv2 checkout has
+    flux = build_tiny_flux(work / "flux")
+    embeddings = work / "rl_embeddings"
+    flux_embeddings(flux, embeddings, IMAGE_PROMPTS * 2)
+    (embeddings / "prompt.json").write_bytes((embeddings / "videos2caption.json").read_bytes())
+    hps_config, hps_replaced = tiny_hps(work / "hps")
+    ranks = ranks_on(device)
+    launcher, script, arguments = split_launcher(expanded_launcher_line(checkout / SCRIPT))
+    words = [script, *set_options(arguments, SMALL)]
+    strategy, experiment = option_value(words, "--training_strategy"), option_value(words, "--experiment_name")
+    out = Path(option_value(words, "--output_dir")) / f"{strategy}_{experiment}"
+    rewards_file = out / f"flux_{option_value(words, '--reward_model')}_{strategy}_{experiment}.txt"
+    per_step = int(option_value(words, "--num_generations"))  # samples per rank and training step
+    accumulation = int(option_value(words, "--gradient_accumulation_steps"))
+
+    def run_cwd(run: Path) -> Path:
+        here = copy_checkout(checkout, run / "MixGRPO")
+        (here / "data").mkdir()
+        (here / "data" / "flux").symlink_to(flux)
+        (here / "data" / "rl_embeddings").symlink_to(embeddings)
+        (here / "hps_ckpt").symlink_to(work / "hps" / "hps_ckpt")
+        (here / "HPSv2").mkdir()  # the README's `git clone https://github.com/tgxs002/HPSv2.git`
+        (here / "HPSv2" / "hpsv2").symlink_to(Path(hpsv2.__file__).parent)
+        return here
+
+    def prints(run: Path) -> list[str]:
+        path = run / "stdout.log"
+        return [line.strip() for line in path.read_text(errors="replace").splitlines()] if path.is_file() else []
+
+    def metrics(run: Path) -> list[float]:
+        """The rewards and per-sample prints of the first STEPS training steps (a stopped run may have begun more)."""
+        kinds = {}
+        for line in prints(run):
+            found = PRINTS.match(line)
+            if found:
+                kinds.setdefault(found.group(1), []).append(float(found.group(2)))
+        logged = [v for kind in ("advantage", "final loss", "kl loss") for v in kinds.get(kind, [])[:STEPS * per_step]]
+        return logged + numbers_printed(run / "MixGRPO" / rewards_file, REWARD_LINE)[:STEPS]
+
+    def steps_taken(run: Path) -> int:
+        losses = [line for line in prints(run) if line.startswith("final loss ")][:STEPS * per_step]
+        return len(losses) // accumulation
+
+    def checkpoint_saved(run: Path) -> bool:
+        return any((run / "MixGRPO" / out).glob("checkpoint-2-0/diffusion_pytorch_model.safetensors"))
+
+    def finished(run: Path) -> bool:
+        """STEPS training steps done: step STEPS + 1 has logged its reward (rank 0 writes it after sampling)."""
+        return len(numbers_printed(run / "MixGRPO" / rewards_file, REWARD_LINE)) > STEPS and checkpoint_saved(run)
+
+    return Plan(
+        target="mixgrpo-flux", cwd=checkout, command=lambda run: launch(words, ranks),
+        env=environment(device, {TINY_HPS_CONFIG_VARIABLE: str(hps_config), IMPORT_STUBS_VARIABLE: "mixgrpo",
+                                 "PYTHONUNBUFFERED": "1"}),
+        ranks=ranks, dataloader_workers=int(option_value(words, "--dataloader_num_workers")),
+        steps=STEPS * per_step // accumulation,
+        replacements=[f"pdsh -w ^hostfile \"...; {' '.join(launcher)} ...\" (4 nodes of 8 GPUs) -> that torchrun "
+                      f"line on one node, {ranks} processes, its shell variables expanded (--wandb_key '' as an "
+                      f"empty value)",
+                      "upstream's sizes -> " + ", ".join(f"{k} {v}" for k, v in SMALL.items() if k != "--reward_model"),
+                      "--reward_model multi_reward -> hpsv2 (ImageReward and PickScore load from the Hugging Face hub, "
+                      "UnifiedReward is a server): one of the script's own choices",
+                      "the endless epoch loop -> stopped (SIGTERM) once 2 training steps and the checkpoint are done; "
+                      "stdout unbuffered so that what they printed is all there",
+                      "data/flux (FLUX.1-dev) -> a tiny FLUX pipeline folder in diffusers' layout",
+                      "data/rl_embeddings/prompt.json -> preprocess_flux_embedding.py's layout from the tiny text "
+                      "encoders",
+                      *hps_replaced,
+                      "the HPSv2 git checkout (README) -> HPSv2/hpsv2 linked to the installed hpsv2 package",
+                      "clip (OpenAI's, a git install) and ImageReward -> import stubs where they do not import",
+                      *(REPLACEMENTS_CPU if device == "cpu" else []), PINNED_STRUCTURE,
+                      "pip install -e . -> the checkout on PYTHONPATH; wandb disabled (upstream's script sets "
+                      "WANDB_DISABLED=true)"],
+        metrics=metrics, checkpoint_saved=checkpoint_saved, run_cwd=run_cwd, steps_taken=steps_taken,
+        finished=finished)

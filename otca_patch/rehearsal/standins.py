@@ -1,0 +1,146 @@
+"""What the rehearsal replaces inside upstream's processes so that its launch runs here, and only
+that (installed by ``startup/sitecustomize.py`` as torch and hpsv2's open_clip are imported).
+
+On the CPU (``cpu``): nccl becomes gloo; ``torch.cuda.set_device`` does nothing and
+``torch.cuda.current_device()`` is the CPU; a ``torch.load`` onto ``cuda:*`` loads onto the CPU;
+``torch.autocast("cuda", dtype)`` is CPU autocast in the same dtype (bfloat16, CPU autocast's own,
+where upstream names none); ``ReduceOp.AVG`` on gloo is SUM / world size; ``flash_attn`` is an
+import stub. On either device: hpsv2's ``ViT-H-14`` architecture is the tiny one the rehearsal's
+HPS checkpoint files were written with (the name is hard-coded in upstream's ``main``)."""
+from __future__ import annotations
+
+import json
+import os
+
+#: the tiny architecture hpsv2's ViT-H-14 stands for (its config file, written by the family module)
+TINY_HPS_CONFIG_VARIABLE = "OTCA_REHEARSAL_HPS_CONFIG"
+#: "mixgrpo": the modules MixGRPO's trainer imports but a single-reward run never calls get import
+#: stand-ins where they do not import (OpenAI's ``clip``, a git install; ``ImageReward``, which needs it)
+IMPORT_STUBS_VARIABLE = "OTCA_REHEARSAL_IMPORT_STUBS"
+
+REPLACEMENTS_CPU = [
+    "dist.init_process_group('nccl') -> gloo",
+    "torch.cuda.set_device -> no-op; torch.cuda.current_device() -> the CPU",
+    "torch.load(map_location='cuda:*') -> the CPU",
+    "torch.autocast('cuda', dtype) -> CPU autocast in that dtype (bfloat16 where none is named)",
+    "dist.all_reduce(op=AVG) on gloo -> SUM / world size where gloo rejects AVG",
+    "flash_attn (where not installed) -> an import stub that raises if called",
+]
+PINNED_STRUCTURE = ("DataLoader(pin_memory=True) batches -> the structure upstream's torch 2.5 pinning gives "
+                    "them on a GPU (a tuple becomes a list: DanceGRPO's train_one_step requires its captions "
+                    "as a list), without pinning")
+
+
+def after_torch(device: str) -> None:
+    import torch
+
+    from ..smoke.environment import average_by_sum_on_gloo, stub_flash_attn
+
+    stub_flash_attn()  # where flash_attn is installed (a GPU machine may have it) it is left alone
+    if os.environ.get(IMPORT_STUBS_VARIABLE) == "mixgrpo":
+        from ..smoke.mixgrpo_flux import stand_in_imports
+
+        stand_in_imports()
+    _pinned_structure(torch)
+    if device != "cpu":
+        return
+    import torch.distributed as dist
+
+    _gloo_for_nccl(dist)
+    torch.cuda.set_device = lambda *_args, **_kwargs: None
+    torch.cuda.current_device = lambda: "cpu"  # a name, as code that formats or parses the index expects
+    torch.cuda.synchronize = lambda *_args, **_kwargs: None
+    _load_onto_cpu(torch)
+    _cpu_autocast(torch)
+    average_by_sum_on_gloo()
+
+
+def _gloo_for_nccl(dist) -> None:
+    native = dist.init_process_group
+
+    def init_process_group(backend=None, *args, **kwargs):
+        if isinstance(backend, str) and "nccl" in backend:
+            backend = "gloo"
+        if isinstance(kwargs.get("backend"), str) and "nccl" in kwargs["backend"]:
+            kwargs["backend"] = "gloo"
+        return native(backend, *args, **kwargs)
+
+    dist.init_process_group = init_process_group
+
+
+def _load_onto_cpu(torch) -> None:
+    native = torch.load
+
+    def load(*args, map_location=None, **kwargs):
+        if str(map_location).startswith("cuda"):
+            map_location = "cpu"
+        return native(*args, map_location=map_location, **kwargs)
+
+    torch.load = load
+
+
+def _cpu_autocast(torch) -> None:
+    native = torch.amp.autocast
+
+    class autocast(native):
+        def __init__(self, device_type, dtype=None, *args, **kwargs):
+            if str(device_type).startswith("cuda"):
+                device_type, dtype = "cpu", dtype or torch.bfloat16
+            super().__init__(device_type, dtype, *args, **kwargs)
+
+    torch.autocast = torch.amp.autocast = autocast
+
+
+def pins_as_torch_25(torch) -> bool:
+    """Whether this torch, on this machine, gives a pinned batch torch 2.5's structure already: a
+    GPU-less machine pins nothing, and torch from 2.6 on keeps a tuple a tuple."""
+    from torch.utils.data._utils.pin_memory import pin_memory
+
+    return torch.cuda.is_available() and isinstance(pin_memory(("caption",)), list)
+
+
+def _as_pinned_by_torch_25(data):
+    """torch 2.5's ``pin_memory`` structure rule, without the pinning: mappings and sequences are
+    rebuilt, a tuple (not a named tuple) as a list."""
+    import collections.abc
+
+    if isinstance(data, (str, bytes)):
+        return data
+    if isinstance(data, collections.abc.Mapping):
+        return type(data)({k: _as_pinned_by_torch_25(v) for k, v in data.items()})
+    if isinstance(data, tuple) and hasattr(data, "_fields"):
+        return type(data)(*(_as_pinned_by_torch_25(v) for v in data))
+    if isinstance(data, tuple):
+        return [_as_pinned_by_torch_25(v) for v in data]
+    if isinstance(data, collections.abc.Sequence):
+        return type(data)([_as_pinned_by_torch_25(v) for v in data])
+    return data
+
+
+def _pinned_structure(torch) -> None:
+    if pins_as_torch_25(torch):
+        return
+    from torch.utils.data import DataLoader
+
+    native = DataLoader.__iter__
+
+    def iterate(self):
+        batches = native(self)
+        if not self.pin_memory:
+            return batches
+        return (_as_pinned_by_torch_25(batch) for batch in batches)
+
+    DataLoader.__iter__ = iterate
+
+
+def after_hpsv2_open_clip(device: str) -> None:
+    """Upstream builds hpsv2's ``ViT-H-14``; here that name is the tiny architecture (its config
+    file is ``$OTCA_REHEARSAL_HPS_CONFIG``)."""
+    config = os.environ.get(TINY_HPS_CONFIG_VARIABLE)
+    if not config:
+        return
+    import sys
+
+    for name in ("hpsv2.src.open_clip.factory", "HPSv2.hpsv2.src.open_clip.factory"):  # MixGRPO: its checkout's
+        if name in sys.modules:
+            sys.modules[name]._MODEL_CONFIGS["ViT-H-14"] = json.loads(open(config).read())
