@@ -56,6 +56,11 @@ class OtcaConfig:
     otca_explore_scale: str = flag("MOCA exploration bias: beta*tanh(e) ('absolute', the spec) or that times the "
                                     "sample's largest objective advantage ('max_advantage', docs/credit.md 3.8)",
                                     "absolute", choices=("absolute", "max_advantage"))
+    otca_objective_timing: str = flag("spread each objective's advantage over the steps by when it is decided "
+                                      "('probe', docs/credit.md 9.3; needs a target with the probe) or not ('off', "
+                                      "the spec)", "off", choices=("off", "probe"), target_only=True)
+    otca_timing_floor: float = flag("smallest per-objective step weight under --otca_objective_timing probe, in "
+                                    "[0, 1]", 0.5, target_only=True)
     otca_final_state: str = flag("DanceGRPO samplers: TCD's final state z_T is the last latent ('latent', the spec) "
                                   "or the last step's predicted clean sample that upstream decodes and scores "
                                   "('prediction')", "latent", choices=("latent", "prediction"),
@@ -124,7 +129,8 @@ class OtcaConfig:
                                 explore=self.otca_explore, objective_weights=self.otca_objective_weights,
                                 std_scope=self.otca_std_scope, weight_scope=self.otca_weight_scope,
                                 explore_center=self.otca_explore_center, fusion=self.otca_fusion,
-                                explore_scale=self.otca_explore_scale)
+                                explore_scale=self.otca_explore_scale,
+                                objective_timing=self.otca_objective_timing, timing_floor=self.otca_timing_floor)
         except ValueError as exc:
             raise ValueError(f"--otca_{exc}") from None
 

@@ -19,6 +19,9 @@ EXPLORE_SCALES = ("absolute", "max_advantage")
 #: How each raw reward is scaled before its group baseline (docs/credit.md 2.1): by each group's std
 #: (the spec), or to unit std over a running window of recent rewards (App. A.5's rescaling).
 REWARD_SCALES = ("group", "window")
+#: Whether each objective's advantage is spread over the steps by when it is decided (docs/credit.md
+#: 9.3): ``off`` (the spec) or ``probe`` (weights from the map a probe measured).
+OBJECTIVE_TIMINGS = ("off", "probe")
 #: Comparison methods (docs/credit.md section 8; not OTCA): library options only, not ``--otca_mode``
 #: values, because their inputs (predicted clean samples, the sampler's noise per step) are not
 #: captured by any trainer's hooks yet.
@@ -61,6 +64,10 @@ class CreditConfig:
             each raw reward divided by its std over a running window of recent rewards (the
             ``reward_window`` argument of ``compute_credit``), then only the group's mean subtracted
             (spec 2.1, App. A.5's "rescale individual reward components").
+        objective_timing: ``off`` (the spec) or ``probe``: each objective's share of the combined
+            advantage is spread over the steps by the map ``decided [K, T]`` passed to
+            ``compute_credit`` (docs/credit.md 9.3); without a map (not yet measured) the mode's own rule.
+        timing_floor: the smallest per-objective step weight under ``probe``, in [0, 1] (1: uniform).
         coca_alpha, coca_window: CoCA's ``temporal_alpha`` (0) and window of steps (1; it must
             divide T) for the comparison mode ``coca`` (spec 8.1).
     """
@@ -78,6 +85,8 @@ class CreditConfig:
     fusion: str = "sample"
     explore_scale: str = "absolute"
     reward_scale: str = "group"
+    objective_timing: str = "off"
+    timing_floor: float = 0.5
     coca_alpha: float = 0.0
     coca_window: int = 1
 
@@ -120,6 +129,14 @@ class CreditConfig:
         if self.reward_scale == "window" and self.std_scope != "group":
             raise ValueError("reward_scale: window sets every objective's scale itself; it cannot be combined with "
                              f"std_scope={self.std_scope!r}")
+        if self.objective_timing not in OBJECTIVE_TIMINGS:
+            raise ValueError(f"objective_timing: must be one of {', '.join(OBJECTIVE_TIMINGS)}, got {self.objective_timing!r}")
+        if self.objective_timing == "probe" and self.mode in PEER_MODES:
+            raise ValueError(f"objective_timing: probe spreads objectives over steps; mode {self.mode} has its own step "
+                             "credit (use a mode of otca_patch.credit.MODES)")
+        _check_finite("timing_floor", self.timing_floor)
+        if not 0.0 <= self.timing_floor <= 1.0:
+            raise ValueError(f"timing_floor: must lie in [0, 1], got {self.timing_floor}")
         if self.objective_weights is not None:
             weights = tuple(float(w) for w in self.objective_weights)
             if not weights:

@@ -7,9 +7,9 @@ from typing import Optional
 
 import torch
 
-from . import moca, peers, tcd
+from . import moca, peers, tcd, timing
 from .config import CreditConfig
-from .groups import check_std_sizes, dense_groups, group_normalize
+from .groups import check_std_sizes, dense_groups, group_normalize, group_normalize_parts
 
 #: Small per-sample quantities are computed in float64 (cheap at [B, T]) and returned in float32,
 #: the dtype trainers keep their advantages in.
@@ -32,6 +32,7 @@ class Credit:
     combined: torch.Tensor  # [B]
     advantages: torch.Tensor  # [B, T]
     mode: str = "otca"
+    objective_step_weights: Optional[torch.Tensor] = None  # [K, T] under objective_timing="probe" (9.3)
 
     def tensors(self) -> dict:
         """The section-6 quantities by name (those present)."""
@@ -59,7 +60,8 @@ class Credit:
 def compute_credit(rewards, latents: torch.Tensor, group_ids, config: Optional[CreditConfig] = None,
                    chunk_bytes: int = tcd.DEFAULT_CHUNK_BYTES, final: Optional[torch.Tensor] = None,
                    clean: Optional[torch.Tensor] = None, step_noise: Optional[torch.Tensor] = None,
-                   reward_window: Optional[torch.Tensor] = None) -> Credit:
+                   reward_window: Optional[torch.Tensor] = None,
+                   objective_timing: Optional[torch.Tensor] = None) -> Credit:
     """OTCA credit for a batch of sampled trajectories.
 
     Args:
@@ -77,6 +79,8 @@ def compute_credit(rewards, latents: torch.Tensor, group_ids, config: Optional[C
         reward_window: ``[N, K]`` raw rewards of recent earlier batches, for ``reward_scale="window"``
             only (spec 2.1): each objective's scale is its std over these and ``rewards`` together
             (``None``: over ``rewards`` alone).
+        objective_timing: ``[K, T]`` the map ``decided`` (docs/credit.md 9), for
+            ``objective_timing="probe"`` only; ``None`` (not yet measured): the mode's own rule.
     Returns:
         ``Credit`` with ``advantages [B, T]`` and every intermediate quantity.
     Raises:
@@ -113,11 +117,13 @@ def compute_credit(rewards, latents: torch.Tensor, group_ids, config: Optional[C
     delta_s = tcd.step_progress(similarity.to(_WORK))
     peer_input = _peer_input(config, latents.shape[0], latents.shape[1] - 1, clean, step_noise, chunk_bytes)
     window = _check_reward_window(config, reward_window, rewards)
-    return _credit(rewards, delta_s, group_ids, config, similarity, peer_input, window)
+    timing_map = _check_timing_map(config, objective_timing, rewards.shape[1], delta_s.shape[1])
+    return _credit(rewards, delta_s, group_ids, config, similarity, peer_input, window, timing_map)
 
 
 def credit_from_progress(rewards, delta_s: torch.Tensor, group_ids, config: Optional[CreditConfig] = None,
-                         step_noise: Optional[torch.Tensor] = None, reward_window: Optional[torch.Tensor] = None) -> Credit:
+                         step_noise: Optional[torch.Tensor] = None, reward_window: Optional[torch.Tensor] = None,
+                         objective_timing: Optional[torch.Tensor] = None) -> Credit:
     """The same credit from precomputed per-step progress ``delta_s [B, T]`` (no latents).
 
     For trainers whose latents live on several processes: each computes its samples' ``delta_s``
@@ -137,7 +143,28 @@ def credit_from_progress(rewards, delta_s: torch.Tensor, group_ids, config: Opti
         raise ValueError("mode: coca needs the predicted clean samples; use compute_credit(..., clean=...)")
     peer_input = _peer_input(config, delta_s.shape[0], delta_s.shape[1], None, step_noise, 0)
     window = _check_reward_window(config, reward_window, rewards)
-    return _credit(rewards, delta_s.to(_WORK), group_ids, config, None, peer_input, window)
+    timing_map = _check_timing_map(config, objective_timing, rewards.shape[1], delta_s.shape[1])
+    return _credit(rewards, delta_s.to(_WORK), group_ids, config, None, peer_input, window, timing_map)
+
+
+def _check_timing_map(config: CreditConfig, objective_timing, n_objectives: int, n_steps: int):
+    """The map ``decided [K, T]`` (float64) for ``objective_timing="probe"``; ``None`` when not measured
+    yet. Refused under ``off`` (it would be silently unused)."""
+    if config.objective_timing != "probe":
+        if objective_timing is not None:
+            raise ValueError("objective_timing: a map was given but the option objective_timing is "
+                             f"{config.objective_timing!r} (set it to 'probe' to use the map)")
+        return None
+    if objective_timing is None:
+        return None
+    if not isinstance(objective_timing, torch.Tensor) or not objective_timing.is_floating_point() or \
+            tuple(objective_timing.shape) != (n_objectives, n_steps):
+        raise ValueError(f"objective_timing: expected a float map [K, T] = [{n_objectives}, {n_steps}] (decided per "
+                         f"objective and step), got {getattr(objective_timing, 'shape', type(objective_timing).__name__)}")
+    finite = objective_timing[torch.isfinite(objective_timing)]
+    if bool(((finite < 0) | (finite > 1)).any()):
+        raise ValueError("objective_timing: every measured value of the map must lie in [0, 1] (NaN: not defined)")
+    return objective_timing.to(_WORK)
 
 
 def _check_reward_window(config: CreditConfig, reward_window, rewards: torch.Tensor):
@@ -187,7 +214,8 @@ def _peer_input(config: CreditConfig, batch: int, n_steps: int, clean, step_nois
     return None
 
 
-def _credit(rewards, delta_s, group_ids, config: CreditConfig, similarity, peer_input=None, window=None) -> Credit:
+def _credit(rewards, delta_s, group_ids, config: CreditConfig, similarity, peer_input=None, window=None,
+            timing_map=None) -> Credit:
     device = delta_s.device
     rewards = rewards.to(device=device, dtype=_WORK)
     group_ids = group_ids.to(device)
@@ -215,6 +243,13 @@ def _credit(rewards, delta_s, group_ids, config: CreditConfig, similarity, peer_
     combined = _combine(config, summed, weights, advantages_k, fused, index, n_groups)
     per_step = weights_per_step if config.step_weighted else torch.ones_like(weights_per_step)
     advantages = per_step * combined.unsqueeze(-1)
+    objective_steps = None
+    if config.objective_timing == "probe":  # section 9.3: each objective's share over its own steps
+        objective_steps = torch.ones((n_objectives, delta_s.shape[1]), dtype=_WORK, device=device)
+        if timing_map is not None:
+            objective_steps = timing.timing_weights(timing_map.to(device), config.timing_floor, config.eps)
+            parts = _contributions(config, summed, weights, advantages_k, mixture, index, n_groups)
+            advantages = timing.timed_advantages(parts, objective_steps, per_step)
     if config.mode == "tempflow":  # spec 8.2: the step weights are the noise schedule's
         weights_per_step = peer_input.to(device)
         advantages = weights_per_step * combined.unsqueeze(-1)
@@ -229,6 +264,7 @@ def _credit(rewards, delta_s, group_ids, config: CreditConfig, similarity, peer_
         delta_s=out(delta_s), step_share=out(share), step_weights=out(weights_per_step),
         objective_advantages=out(advantages_k), trajectory_score=out(score), lambdas=out(lambdas),
         mixture=out(mixture), combined=out(combined), advantages=out(advantages), mode=config.mode,
+        objective_step_weights=None if objective_steps is None else out(objective_steps),
     )
 
 
@@ -244,6 +280,19 @@ def _combine(config, rewards, weights, advantages_k, fused, index, n_groups) -> 
         whole_batch = torch.zeros_like(index)
         return group_normalize(advantages_k.sum(dim=-1), whole_batch, 1, corr, adv_eps)
     return fused  # moca, otca
+
+
+def _contributions(config, rewards, weights, advantages_k, mixture, index, n_groups) -> torch.Tensor:
+    """``[B, K]``: each objective's share of the mode's combined advantage (docs/credit.md 9.3); the
+    shares of a sample add up to its ``combined`` (MOCA's within its tie tolerance)."""
+    corr, adv_eps = config.std_correction, config.adv_eps
+    if config.mode == "sum":
+        return group_normalize_parts(rewards * weights, index, n_groups, corr, adv_eps, config.std_scope)
+    if config.mode == "gdpo":
+        return group_normalize_parts(advantages_k, torch.zeros_like(index), 1, corr, adv_eps)
+    if config.mode in ("moca", "otca"):
+        return mixture * advantages_k
+    return advantages_k  # multi_grpo, tcd
 
 
 # ----------------------------------------------------------------------------- input checks
