@@ -198,13 +198,12 @@ def test_credit_from_progress_takes_the_map_too():
     torch.testing.assert_close(again.advantages, full.advantages, atol=1e-6, rtol=0)
 
 
-def test_objective_timing_is_a_target_only_flag():
-    from otca_patch.config import given_target_flags, parse_otca_args
+def test_objective_timing_is_a_flag():
+    from otca_patch.config import parse_otca_args
 
     config, rest = parse_otca_args(["--otca", "--otca_objective_timing", "probe", "--otca_timing_floor", "0.3", "-x"])
     assert rest == ["-x"] and config.credit_config().objective_timing == "probe"
     assert config.credit_config().timing_floor == 0.3
-    assert set(given_target_flags(config)) == {"otca_objective_timing", "otca_timing_floor"}
     assert parse_otca_args([])[0].credit_config().objective_timing == "off"
 
 
@@ -214,14 +213,14 @@ def test_every_trainer_target_refuses_the_option_until_it_has_a_probe(tmp_path):
 
     config = OtcaConfig(otca=True, otca_log_dir=str(tmp_path), otca_objective_timing="probe")
     for target in ("dancegrpo-flux", "flowgrpo-sd3", "dancegrpo-wan"):
-        with pytest.raises(ValueError, match=f"--otca_objective_timing: not a flag of target {target}"):
+        with pytest.raises(ValueError, match=f"--otca_objective_timing: target {target} has no probe"):
             runtime_for(target, config)
 
 
 @pytest.mark.parametrize("options, extra, message", [
     ({"objective_timing": "always"}, {}, "objective_timing: must be one of off, probe"),
     ({"objective_timing": "probe", "timing_floor": 1.5}, {}, "timing_floor: must lie in [0, 1]"),
-    ({"objective_timing": "probe", "mode": "coca"}, {}, "objective_timing: probe spreads objectives over steps"),
+    ({"objective_timing": "probe", "mode": "coca"}, {}, "objective_timing: probe spreads each objective's share"),
     ({}, {"objective_timing": torch.ones(2, 2)}, "objective_timing: a map was given but the option"),
     ({"objective_timing": "probe"}, {"objective_timing": torch.ones(2, 3)}, "objective_timing: expected a float map [K, T] = [2, 2]"),
     ({"objective_timing": "probe"}, {"objective_timing": torch.full((2, 2), 1.5)}, "must lie in [0, 1]"),

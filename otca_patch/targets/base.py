@@ -15,7 +15,8 @@ from typing import Optional
 import torch
 
 from .. import rank_check
-from ..config import OtcaConfig, given_target_flags
+from ..config import OtcaConfig
+from ..target_options import given_target_flags
 from ..credit import credit_from_progress
 from ..devices import follows_trainer, reward_device
 from ..distributed import gather_rows, local_rows, world
