@@ -233,3 +233,20 @@ def test_bad_timing_options_and_maps_are_named(options, extra, message):
 
 if __name__ == "__main__" and "--write" in sys.argv:
     VECTORS.write_text(json.dumps(generate_cases(), indent=1) + "\n")
+
+
+@pytest.mark.parametrize("options", [{"mode": m} for m in ("sum", "multi_grpo", "gdpo", "tcd", "moca", "otca")]
+                         + [{"mode": "sum", "std_scope": "batch"}, {"mode": "otca", "fusion": "group"},
+                            {"mode": "sum", "reward_scale": "window"}, {"mode": "multi_grpo", "objective_weights": (2, 0.5)}])
+def test_a_uniform_map_keeps_each_mode_and_the_parts_add_up_to_the_combined_advantage(options):
+    """With every objective decided at step 1 (no increments) the weights are 1 and the timed
+    advantage is the mode's own: so each mode's parts add up to its combined advantage."""
+    gen = torch.Generator().manual_seed(8)
+    rewards, latents = torch.randn(12, 2, generator=gen, dtype=torch.float64), torch.randn(12, 5, 3, generator=gen)
+    rewards[4:8, 1] = 0.25  # a group constant in one objective
+    groups = torch.tensor([5, 5, 5, 5, 2, 2, 2, 2, 9, 9, 9, 9])
+    own = compute_credit(rewards, latents, groups, CreditConfig(**options))
+    timed = compute_credit(rewards, latents, groups, CreditConfig(objective_timing="probe", **options),
+                           objective_timing=torch.ones(2, 4, dtype=torch.float64))
+    torch.testing.assert_close(timed.objective_step_weights, torch.ones(2, 4), atol=1e-5, rtol=0)
+    torch.testing.assert_close(timed.advantages, own.advantages, atol=2e-5, rtol=0)
