@@ -49,7 +49,11 @@ def test_timing_of_a_tiny_demo_run(tmp_path, capsys):
     assert [m.group(1) for m in named] == objectives and all(m.group(3) == str(steps) for m in named)
     summary = json.loads((out / "timing.json").read_text())
     assert summary["maps"][0]["label"] == "base model" and len(summary["maps"]) == 3  # base + two variants
-    assert summary["maps"][0]["decided"] == metrics["runs"][0]["history"]["objective_timing"][0]
+    base = summary["maps"][0]
+    assert base["decided"] == metrics["runs"][0]["history"]["objective_timing"][0]
+    assert base["dof"] == 3  # 3 evaluation prompts x (2 - 1)
+    for row, low, high in zip(base["decided"], base["interval_95"]["low"], base["interval_95"]["high"]):
+        assert all(v is None or lo - 1e-9 <= v <= hi + 1e-9 for v, lo, hi in zip(row, low, high))
 
 
 @pytest.mark.slow

@@ -58,7 +58,8 @@ def main(argv=None) -> int:
 # ----------------------------------------------------------------------------- reading
 
 def load_maps(path: Path) -> tuple[list, Path]:
-    """``([(label, decided [K, T], objectives), ...], file read)`` from a demo/ablate folder or a run log."""
+    """``([(label, decided [K, T], objectives, dof), ...], file read)`` from a demo/ablate folder or a run
+    log; ``dof``: the map's within-group degrees of freedom, 0 where unknown (a mean over seeds)."""
     if path.is_dir():
         for name in DEMO_FILES + (LOG_NAME,):
             if (path / name).is_file():
@@ -81,7 +82,7 @@ def load_maps(path: Path) -> tuple[list, Path]:
 
 
 def result_maps(result: dict, regime: str = "", source="the result") -> list:
-    """``[(label, decided [K, T], objectives), ...]`` of a demo/ablate result: the base model's map (the
+    """``[(label, decided [K, T], objectives, dof), ...]`` of a demo/ablate result: the base model's map (the
     first evaluation, the same for every run) and, per variant, the mean over seeds of its last
     evaluation's map. ``source`` names the result in errors."""
     runs = [r for r in result["runs"] if r.get("history", {}).get("objective_timing")]
@@ -90,13 +91,15 @@ def result_maps(result: dict, regime: str = "", source="the result") -> list:
                           "rerun the demo or ablate)")
     prefix = f"{regime}: " if regime else ""
     names = list(result["objectives"])
-    maps = [(f"{prefix}base model", _array(runs[0]["history"]["objective_timing"][0]), names)]
+    cfg = result.get("config", {})
+    dof = cfg.get("eval_prompts", 0) * (cfg.get("eval_samples_per_prompt", 1) - 1)  # samples minus groups
+    maps = [(f"{prefix}base model", _array(runs[0]["history"]["objective_timing"][0]), names, dof)]
     for mode in dict.fromkeys(r["mode"] for r in runs):
         finals = np.stack([_array(r["history"]["objective_timing"][-1]) for r in runs if r["mode"] == mode])
         iterations = runs[0]["history"]["eval_iterations"][-1]
         with np.errstate(all="ignore"):
             maps.append((f"{prefix}{mode} after {iterations} iterations (mean of {len(finals)} seeds)",
-                         _nanmean(finals), names))
+                         _nanmean(finals), names, 0))
     return maps
 
 
@@ -110,7 +113,7 @@ def _run_log_maps(path: Path) -> list:
     value = _array(last["objective_timing"])
     if len(objectives) != value.shape[0]:
         raise TimingError(f"{path}:{line}: objective_timing has {value.shape[0]} rows for objectives {objectives}")
-    return [(f"run log, step {last.get('step', '?')}", value, objectives)]
+    return [(f"run log, step {last.get('step', '?')}", value, objectives, int(last.get("objective_timing_dof", 0)))]
 
 
 def _array(rows) -> np.ndarray:
@@ -135,12 +138,26 @@ def decided_by(row: np.ndarray, share: float) -> int:
 
 
 def summarise(maps: list, share: float, source: Path) -> dict:
+    """Every map with its decided-by steps and, where its within-group degrees of freedom are known
+    (one evaluation, not a mean over seeds), the 95% Fisher interval of each value (credit.md 9.1)."""
+    items = []
+    for label, value, names, dof in maps:
+        item = {"label": label, "objectives": names, "steps": int(value.shape[1]), "decided": _listed(value),
+                "decided_by": {k: decided_by(value[i], share) for i, k in enumerate(names)}}
+        if dof >= 3:
+            import torch
+
+            from ..credit.timing import correlation_interval
+
+            low, high = correlation_interval(torch.from_numpy(np.sqrt(value)), dof)
+            item.update(dof=dof, interval_95={"low": _listed(low.numpy()), "high": _listed(high.numpy())})
+        items.append(item)
     return {"source": str(source), "share": share,
-            "convention": "step 1 = the first denoising step (noise side), step T = the last",
-            "maps": [{"label": label, "objectives": names, "steps": int(value.shape[1]),
-                      "decided": [[None if math.isnan(v) else v for v in row] for row in value.tolist()],
-                      "decided_by": {k: decided_by(value[i], share) for i, k in enumerate(names)}}
-                     for label, value, names in maps]}
+            "convention": "step 1 = the first denoising step (noise side), step T = the last", "maps": items}
+
+
+def _listed(value: np.ndarray) -> list:
+    return [[None if math.isnan(v) else v for v in row] for row in value.tolist()]
 
 
 def summary_lines(summary: dict) -> list:
@@ -172,10 +189,10 @@ def plot_timing(maps: list, path, share: float) -> None:
     matplotlib.use("Agg", force=True)
     import matplotlib.pyplot as plt
 
-    n_steps = max(v.shape[1] for _, v, _ in maps)
+    n_steps = max(v.shape[1] for _, v, _, _ in maps)
     fig, axes = plt.subplots(len(maps), 1, figsize=(max(5.0, 0.55 * n_steps + 2.5),
-                                                    sum(0.45 * len(n) + 1.1 for _, _, n in maps)), squeeze=False)
-    for ax, (label, value, names) in zip(axes[:, 0], maps):
+                                                    sum(0.45 * len(n) + 1.1 for _, _, n, _ in maps)), squeeze=False)
+    for ax, (label, value, names, _) in zip(axes[:, 0], maps):
         image = ax.imshow(np.ma.masked_invalid(value), vmin=0.0, vmax=1.0, cmap="viridis", aspect="auto")
         for i in range(value.shape[0]):
             for t in range(value.shape[1]):

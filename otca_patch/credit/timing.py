@@ -92,13 +92,19 @@ def decided_interval(moments: TimingMoments, level: float = 0.95) -> tuple[torch
     of G samples: ``1 / sqrt(G - 3)``); the interval of ``r`` is ``tanh(z -+ q se)`` and that of
     ``r^2`` its square (0 below when it straddles 0). Needs ``dof >= 3``; NaN where ``decided`` is.
     """
+    return correlation_interval(pooled_correlation(moments), moments.dof, level)
+
+
+def correlation_interval(r: torch.Tensor, dof: int, level: float = 0.95) -> tuple[torch.Tensor, torch.Tensor]:
+    """The interval of ``decided = r^2`` from the pooled correlation ``r`` (either sign: ``sqrt(decided)``
+    gives the same interval) with ``dof`` within-group degrees of freedom (see ``decided_interval``)."""
     if not 0.0 < level < 1.0:
         raise ValueError(f"level: must lie in (0, 1), got {level}")
-    if moments.dof < 3:
-        raise ValueError(f"dof: a Fisher interval needs samples minus groups >= 3, got {moments.dof}")
-    r = pooled_correlation(moments)
+    if dof < 3:
+        raise ValueError(f"dof: a Fisher interval needs samples minus groups >= 3, got {dof}")
+    r = r.to(_WORK)
     quantile = math.sqrt(2.0) * torch.special.erfinv(torch.tensor(level, dtype=_WORK)).item()
-    half = quantile / math.sqrt(moments.dof - 2)
+    half = quantile / math.sqrt(dof - 2)
     z = torch.atanh(r.clamp(-1 + 1e-15, 1 - 1e-15))
     low_r, high_r = torch.tanh(z - half), torch.tanh(z + half)
     straddles = (low_r < 0) & (high_r > 0)

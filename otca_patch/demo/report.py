@@ -50,7 +50,7 @@ def timing_lines(result: dict) -> list:
 
     if not _has_timing(result):
         return []
-    _, base, names = result_maps(result)[0]
+    _, base, names, _ = result_maps(result)[0]
     steps = base.shape[1]
     by = ", ".join(f"{k} by step {decided_by(base[i], TIMING_SHARE)}" for i, k in enumerate(names))
     return [f"When each objective is decided (docs/credit.md 9: the share of its final within-group variation "
