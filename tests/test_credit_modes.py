@@ -35,6 +35,7 @@ def test_the_modes_and_their_facts_are_those_of_the_spec():
     assert {m for m in modes.names() if modes.get(m).step_weighted} == {"otca", "tcd"}
     assert {m for m in modes.names() if modes.get(m).fuses} == {"otca", "moca"}
     assert {m for m in modes.names() if modes.get(m).whole_batch_std} == {"gdpo"}
+    assert {m for m in modes.names() if modes.get(m).vanilla} == {"sum"}  # vanilla DanceGRPO's one summed reward
     assert modes.get("coca").needs == ("clean",) and modes.get("tempflow").needs == ("step_noise",)
     assert all(not modes.get(m).needs for m in MODES)  # a trainer's hooks feed rewards and progress only
 

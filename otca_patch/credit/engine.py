@@ -73,10 +73,10 @@ def compute_credit(rewards, latents: torch.Tensor, group_ids, config: Optional[C
         config: the credit rules; ``CreditConfig()`` (mode ``otca``) by default.
         final: ``[B, ...]`` explicit final state ``z_T`` replacing ``latents[:, -1]`` (spec 1.7,
             ``final_state="prediction"``: the last step's predicted clean sample).
-        clean: ``[B, T+1, ...]`` for mode ``coca`` only (spec 8.1): the predicted clean sample at
-            each state ``z_0 .. z_{T-1}``, then the final sample.
-        step_noise: ``[T]`` or ``[B, T]`` for mode ``tempflow`` only (spec 8.2): the std of each
-            SDE transition.
+        clean: ``[B, T+1, ...]``, only for the modes that declare it (``modes.py``: ``coca``, spec
+            8.1): the predicted clean sample at each state ``z_0 .. z_{T-1}``, then the final sample.
+        step_noise: ``[T]`` or ``[B, T]``, only for the modes that declare it (``tempflow``, spec
+            8.2): the std of each SDE transition.
         reward_window: ``[N, K]`` raw rewards of recent earlier batches, for ``reward_scale="window"``
             only (spec 2.1): each objective's scale is its std over these and ``rewards`` together
             (``None``: over ``rewards`` alone).

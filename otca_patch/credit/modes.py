@@ -12,6 +12,8 @@ step weights reported with them ``[B, T]``. The decorator declares what nothing 
 - ``splits``: the mode returns ``Assigned.parts``, each objective's share of its combined advantage
   (the option ``objective_timing="probe"`` spreads each share over its own steps, docs/credit.md 9.3);
 - ``whole_batch_std``: the mode divides by a std over the whole batch (group sizes are checked for it);
+- ``vanilla``: the credit a vanilla upstream trainer computes itself (one summed reward, normalised per
+  group): where a target's vanilla path differs from the engine by rounding, it follows upstream's;
 - ``launchable``: a value of ``--otca_mode``; ``False`` for a library-only comparison method whose
   inputs no trainer hook captures (docs/credit.md section 8);
 - ``title``: the mode in one phrase (the demo's tables).
@@ -103,13 +105,15 @@ class Mode:
     whole_batch_std: bool = False
     launchable: bool = True
     title: str = ""
+    vanilla: bool = False
 
 
 _REGISTRY: dict = {}
 
 
 def register_mode(name: str, *, needs=(), step_weighted: bool = False, fuses: bool = False, splits: bool = False,
-                  whole_batch_std: bool = False, launchable: bool = True, title: str = "") -> Callable:
+                  whole_batch_std: bool = False, launchable: bool = True, title: str = "",
+                  vanilla: bool = False) -> Callable:
     """Decorator: register ``function(Shared) -> Assigned`` as credit mode ``name`` with its facts."""
     unknown = [item for item in needs if item not in INPUTS]
     if unknown:
@@ -120,7 +124,7 @@ def register_mode(name: str, *, needs=(), step_weighted: bool = False, fuses: bo
         if name in _REGISTRY:
             raise ValueError(f"credit mode {name}: registered twice")
         _REGISTRY[name] = Mode(name, function, tuple(needs), step_weighted, fuses, splits, whole_batch_std,
-                               launchable, title)
+                               launchable, title, vanilla)
         return function
     return register
 
@@ -181,7 +185,7 @@ def gdpo(x: Shared) -> Assigned:
                                                     config.adv_eps))
 
 
-@register_mode("sum", splits=True, title="Vanilla DanceGRPO (summed reward)")
+@register_mode("sum", splits=True, vanilla=True, title="Vanilla DanceGRPO (summed reward)")
 def sum_of_rewards(x: Shared) -> Assigned:
     """One scalar reward, ``rewards @ objective_weights``, normalised per group (vanilla DanceGRPO)."""
     from .groups import group_normalize
