@@ -10,6 +10,7 @@ COMMANDS = {
     "credit": ("otca_patch.credit.example", "compute OTCA credit on a built-in example and print it"),
     "demo": ("otca_patch.demo.cli", "OTCA vs Multi-GRPO over paired seeds on a tiny FLUX-architecture model (CPU, minutes)"),
     "ablate": ("otca_patch.demo.ablate", "the six credit modes and their controls over several seeds, the paper's Table 4 layout"),
+    "timing": ("otca_patch.analysis.timing", "when each objective is decided: objectives x steps map of a demo, ablate or run log"),
     "proxy": ("otca_patch.demo.proxy_command", "proxy validity of TCD's progress (spec section 7, paper Table 5)"),
     "doctor": ("otca_patch.hooks.doctor", "check every hook-point spec against an upstream checkout"),
     "smoke": ("otca_patch.smoke.cli", "run an upstream trainer's real step on the CPU with tiny models, with or without --otca"),

@@ -46,6 +46,12 @@ def given_target_flags(config) -> list:
 
 def refuse_foreign_flags(config, target: str, accepted) -> None:
     """A target-only flag given to a target whose spec does not list it is an error naming both."""
+    if getattr(config, "otca_objective_timing", "off") != "off":
+        # docs/credit.md 9.3: without a probe the map is never measured and the option would silently
+        # train by the mode's own rule
+        raise ValueError(f"--otca_objective_timing: target {target} has no probe of predicted clean samples yet, so "
+                         "the map the option needs is never measured; use it in the demo (otca-patch ablate --modes "
+                         "multi_grpo_timed,otca_timed) or the library")
     foreign = [name for name in given_target_flags(config) if name not in accepted]
     if foreign:
         takes = f" (flags of this target: {', '.join('--' + f for f in sorted(accepted))})" if accepted else ""

@@ -22,6 +22,9 @@ EXPLORE_SCALES = ("absolute", "max_advantage")
 #: How each raw reward is scaled before its group baseline (docs/credit.md 2.1): by each group's std
 #: (the spec), or to unit std over a running window of recent rewards (App. A.5's rescaling).
 REWARD_SCALES = ("group", "window")
+#: Whether each objective's advantage is spread over the steps by when it is decided (docs/credit.md
+#: 9.3): ``off`` (the spec) or ``probe`` (weights from the map a probe measured).
+OBJECTIVE_TIMINGS = ("off", "probe")
 #: Comparison methods (docs/credit.md section 8; not OTCA): library options only, not ``--otca_mode``
 #: values, because no trainer's hooks capture their inputs yet.
 PEER_MODES = modes.names(launchable=False)
@@ -67,6 +70,13 @@ class CreditConfig:
                              "its std over a running window of recent rewards, compute_credit's reward_window, then "
                              "only the group's mean subtracted ('window', spec 2.1, App. A.5)", "group",
                              choices=REWARD_SCALES, library_only=True)
+    objective_timing: str = flag("spread each objective's share of the combined advantage over the steps by when "
+                                 "that objective is decided ('probe': by the map compute_credit's objective_timing, "
+                                 "docs/credit.md 9.3; the mode's own rule until a map is measured) or not ('off', "
+                                 "the spec); a trainer target takes it once it has the probe", "off",
+                                 choices=OBJECTIVE_TIMINGS)
+    timing_floor: float = flag("smallest per-objective step weight under objective_timing=probe, in [0, 1] "
+                               "(1: uniform)", 0.5)
     coca_alpha: float = flag("CoCA's temporal_alpha, in [0, 1], for the comparison mode coca (spec 8.1)", 0.0,
                              library_only=True)
     coca_window: int = flag("CoCA's window of steps (it must divide T) for the comparison mode coca (spec 8.1)", 1,
@@ -112,6 +122,14 @@ class CreditConfig:
         if self.reward_scale == "window" and self.std_scope != "group":
             raise ValueError("reward_scale: window sets every objective's scale itself; it cannot be combined with "
                              f"std_scope={self.std_scope!r}")
+        if self.objective_timing not in OBJECTIVE_TIMINGS:
+            raise ValueError(f"objective_timing: must be one of {', '.join(OBJECTIVE_TIMINGS)}, got {self.objective_timing!r}")
+        if self.objective_timing == "probe" and not modes.get(self.mode).splits:
+            raise ValueError(f"objective_timing: probe spreads each objective's share of the combined advantage over "
+                             f"the steps; mode {self.mode} does not split its advantage into objectives' shares")
+        _check_finite("timing_floor", self.timing_floor)
+        if not 0.0 <= self.timing_floor <= 1.0:
+            raise ValueError(f"timing_floor: must lie in [0, 1], got {self.timing_floor}")
         if self.objective_weights is not None:
             weights = tuple(float(w) for w in self.objective_weights)
             if not weights:

@@ -7,7 +7,7 @@ from typing import Optional
 
 import torch
 
-from . import inputs, moca, modes, tcd
+from . import inputs, moca, modes, tcd, timing
 from .config import CreditConfig
 from .groups import check_std_sizes, dense_groups
 from .inputs import check_finite
@@ -33,6 +33,7 @@ class Credit:
     combined: torch.Tensor  # [B]
     advantages: torch.Tensor  # [B, T]
     mode: str = "otca"
+    objective_step_weights: Optional[torch.Tensor] = None  # [K, T] under objective_timing="probe" (9.3)
 
     def tensors(self) -> dict:
         """The section-6 quantities by name (those present)."""
@@ -60,7 +61,8 @@ class Credit:
 def compute_credit(rewards, latents: torch.Tensor, group_ids, config: Optional[CreditConfig] = None,
                    chunk_bytes: int = tcd.DEFAULT_CHUNK_BYTES, final: Optional[torch.Tensor] = None,
                    clean: Optional[torch.Tensor] = None, step_noise: Optional[torch.Tensor] = None,
-                   reward_window: Optional[torch.Tensor] = None) -> Credit:
+                   reward_window: Optional[torch.Tensor] = None,
+                   objective_timing: Optional[torch.Tensor] = None) -> Credit:
     """OTCA credit for a batch of sampled trajectories.
 
     Args:
@@ -78,6 +80,8 @@ def compute_credit(rewards, latents: torch.Tensor, group_ids, config: Optional[C
         reward_window: ``[N, K]`` raw rewards of recent earlier batches, for ``reward_scale="window"``
             only (spec 2.1): each objective's scale is its std over these and ``rewards`` together
             (``None``: over ``rewards`` alone).
+        objective_timing: ``[K, T]`` the map ``decided`` (docs/credit.md 9), for
+            ``objective_timing="probe"`` only; ``None`` (not yet measured): the mode's own rule.
     Returns:
         ``Credit`` with ``advantages [B, T]`` and every intermediate quantity.
     Raises:
@@ -115,11 +119,13 @@ def compute_credit(rewards, latents: torch.Tensor, group_ids, config: Optional[C
     mode_inputs = _mode_inputs(modes.get(config.mode), {"clean": clean, "step_noise": step_noise}, latents.shape[0],
                                latents.shape[1] - 1, chunk_bytes)
     window = _check_reward_window(config, reward_window, rewards)
-    return _credit(rewards, delta_s, group_ids, config, similarity, mode_inputs, window)
+    timing_map = _check_timing_map(config, objective_timing, rewards.shape[1], delta_s.shape[1])
+    return _credit(rewards, delta_s, group_ids, config, similarity, mode_inputs, window, timing_map)
 
 
 def credit_from_progress(rewards, delta_s: torch.Tensor, group_ids, config: Optional[CreditConfig] = None,
-                         step_noise: Optional[torch.Tensor] = None, reward_window: Optional[torch.Tensor] = None) -> Credit:
+                         step_noise: Optional[torch.Tensor] = None, reward_window: Optional[torch.Tensor] = None,
+                         objective_timing: Optional[torch.Tensor] = None) -> Credit:
     """The same credit from precomputed per-step progress ``delta_s [B, T]`` (no latents).
 
     For trainers whose latents live on several processes: each computes its samples' ``delta_s``
@@ -141,7 +147,28 @@ def credit_from_progress(rewards, delta_s: torch.Tensor, group_ids, config: Opti
             raise ValueError(f"mode: {mode.name} needs {modes.INPUTS[name].what}; use compute_credit(..., {name}=...)")
     mode_inputs = _mode_inputs(mode, {"step_noise": step_noise}, delta_s.shape[0], delta_s.shape[1], 0)
     window = _check_reward_window(config, reward_window, rewards)
-    return _credit(rewards, delta_s.to(_WORK), group_ids, config, None, mode_inputs, window)
+    timing_map = _check_timing_map(config, objective_timing, rewards.shape[1], delta_s.shape[1])
+    return _credit(rewards, delta_s.to(_WORK), group_ids, config, None, mode_inputs, window, timing_map)
+
+
+def _check_timing_map(config: CreditConfig, objective_timing, n_objectives: int, n_steps: int):
+    """The map ``decided [K, T]`` (float64) for ``objective_timing="probe"``; ``None`` when not measured
+    yet. Refused under ``off`` (it would be silently unused)."""
+    if config.objective_timing != "probe":
+        if objective_timing is not None:
+            raise ValueError("objective_timing: a map was given but the option objective_timing is "
+                             f"{config.objective_timing!r} (set it to 'probe' to use the map)")
+        return None
+    if objective_timing is None:
+        return None
+    if not isinstance(objective_timing, torch.Tensor) or not objective_timing.is_floating_point() or \
+            tuple(objective_timing.shape) != (n_objectives, n_steps):
+        raise ValueError(f"objective_timing: expected a float map [K, T] = [{n_objectives}, {n_steps}] (decided per "
+                         f"objective and step), got {getattr(objective_timing, 'shape', type(objective_timing).__name__)}")
+    finite = objective_timing[torch.isfinite(objective_timing)]
+    if bool(((finite < 0) | (finite > 1)).any()):
+        raise ValueError("objective_timing: every measured value of the map must lie in [0, 1] (NaN: not defined)")
+    return objective_timing.to(_WORK)
 
 
 def _check_reward_window(config: CreditConfig, reward_window, rewards: torch.Tensor):
@@ -172,7 +199,8 @@ def _mode_inputs(mode: modes.Mode, given: dict, batch: int, n_steps: int, chunk_
             for name in mode.needs}
 
 
-def _credit(rewards, delta_s, group_ids, config: CreditConfig, similarity, mode_inputs: dict, window=None) -> Credit:
+def _credit(rewards, delta_s, group_ids, config: CreditConfig, similarity, mode_inputs: dict, window=None,
+            timing_map=None) -> Credit:
     mode = modes.get(config.mode)
     device = delta_s.device
     rewards = rewards.to(device=device, dtype=_WORK)
@@ -197,19 +225,29 @@ def _credit(rewards, delta_s, group_ids, config: CreditConfig, similarity, mode_
         fused, mixture = moca.group_fusion(advantages_k, lambdas, index, n_groups)
     else:
         fused, mixture = moca.min_norm_fusion(advantages_k, lambdas)
+    per_step = weights_per_step if mode.step_weighted else torch.ones_like(weights_per_step)
     assigned = mode.assign(modes.Shared(
         config=config, rewards=rewards if window_std is None else moca.rescale_rewards(rewards, window_std),
-        objective_weights=weights, objective_advantages=advantages_k, fused=fused, step_weights=weights_per_step,
-        per_step=weights_per_step if mode.step_weighted else torch.ones_like(weights_per_step), index=index,
-        n_groups=n_groups, inputs=mode_inputs))
+        objective_weights=weights, objective_advantages=advantages_k, fused=fused, mixture=mixture,
+        step_weights=weights_per_step, per_step=per_step, index=index, n_groups=n_groups, inputs=mode_inputs))
+    advantages, objective_steps = assigned.advantages, None
+    if config.objective_timing == "probe":  # section 9.3: each objective's share over its own steps
+        objective_steps = torch.ones((n_objectives, delta_s.shape[1]), dtype=_WORK, device=device)
+        if timing_map is not None:
+            objective_steps = timing.timing_weights(timing_map.to(device), config.timing_floor, config.eps)
+            if assigned.parts is None:
+                raise ValueError(f"objective_timing: mode {mode.name} is registered with splits=True but returned no "
+                                 "per-objective parts")
+            advantages = timing.timed_advantages(assigned.parts, objective_steps, per_step)
 
     out = lambda t: t.to(_OUT)  # noqa: E731
-    _check_finite_advantages(out(assigned.advantages), config)
+    _check_finite_advantages(out(advantages), config)
     return Credit(
         similarity=None if similarity is None else out(similarity),
         delta_s=out(delta_s), step_share=out(share), step_weights=out(assigned.step_weights),
         objective_advantages=out(advantages_k), trajectory_score=out(score), lambdas=out(lambdas),
-        mixture=out(mixture), combined=out(assigned.combined), advantages=out(assigned.advantages), mode=config.mode,
+        mixture=out(mixture), combined=out(assigned.combined), advantages=out(advantages), mode=config.mode,
+        objective_step_weights=None if objective_steps is None else out(objective_steps),
     )
 
 

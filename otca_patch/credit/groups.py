@@ -79,6 +79,28 @@ def group_normalize(values: torch.Tensor, index: torch.Tensor, n_groups: int, co
     column) gives exactly 0 rather than rounding noise divided by ``adv_eps``; so does a group too
     small for the std's correction.
     """
+    normalised, keep = _normalised_and_kept(values, index, n_groups, correction, adv_eps, std_scope)
+    return torch.where(keep, normalised, torch.zeros_like(normalised))
+
+
+def group_normalize_parts(parts: torch.Tensor, index: torch.Tensor, n_groups: int, correction: int, adv_eps: float,
+                          std_scope: str = "group") -> torch.Tensor:
+    """``[B, K]``: objective k's share of ``group_normalize`` of the row sums of ``parts [B, K]``,
+    ``(parts[i, k] - mean_g parts[:, k]) / (std_g(sum) + adv_eps)`` (0 where the sum's group is
+    constant or too small), so the shares of a sample add up to its normalised sum."""
+    total = parts.sum(-1)
+    _, keep = _normalised_and_kept(total, index, n_groups, correction, adv_eps, std_scope)
+    mean_parts = group_mean_std(parts, index, n_groups, correction)[0]
+    _, std, _ = group_mean_std(total, torch.zeros_like(index) if std_scope == "batch" else index,
+                               1 if std_scope == "batch" else n_groups, correction)
+    shares = (parts - mean_parts) / (std + adv_eps).unsqueeze(-1)
+    return torch.where(keep.unsqueeze(-1), shares, torch.zeros_like(shares))
+
+
+def _normalised_and_kept(values: torch.Tensor, index: torch.Tensor, n_groups: int, correction: int, adv_eps: float,
+                         std_scope: str):
+    """``group_normalize`` before its zeroing, and where it keeps the value (not a constant group, not
+    a group too small for the std)."""
     mean, std, counts = group_mean_std(values, index, n_groups, correction)
     if std_scope == "batch":
         whole = torch.zeros_like(index)
@@ -91,4 +113,4 @@ def group_normalize(values: torch.Tensor, index: torch.Tensor, n_groups: int, co
     lowest = values.new_full(shape, big).scatter_reduce_(0, spread_index, values, "amin")
     constant = (highest == lowest)[index]
     too_small = (counts <= correction).view((-1,) + (1,) * (values.dim() - 1))
-    return torch.where(constant | too_small, torch.zeros_like(normalised), normalised)
+    return normalised, ~(constant | too_small)

@@ -9,6 +9,8 @@ step weights reported with them ``[B, T]``. The decorator declares what nothing 
   for this mode and refuses them for every mode that does not declare them;
 - ``step_weighted``: ``Shared.per_step`` is TCD's weights (else ones), so ``Shared.spread`` applies them;
 - ``fuses``: the combined advantage is MOCA's fused one (the objectives mixed, not summed);
+- ``splits``: the mode returns ``Assigned.parts``, each objective's share of its combined advantage
+  (the option ``objective_timing="probe"`` spreads each share over its own steps, docs/credit.md 9.3);
 - ``whole_batch_std``: the mode divides by a std over the whole batch (group sizes are checked for it);
 - ``vanilla``: the credit a vanilla upstream trainer computes itself (one summed reward, normalised per
   group): where a target's vanilla path differs from the engine by rounding, it follows upstream's;
@@ -56,7 +58,7 @@ class Shared:
 
     ``rewards [B, K]`` are those ``sum`` adds up (rescaled under ``reward_scale="window"``);
     ``objective_weights [K]``; ``objective_advantages [B, K]``; ``fused [B]``, MOCA's combined
-    advantage; ``step_weights [B, T]``, TCD's; ``per_step [B, T]``, TCD's weights for a step-weighted
+    advantage; ``mixture [B, K]``, MOCA's mixture (``sum_k mixture * objective_advantages = fused``); ``step_weights [B, T]``, TCD's; ``per_step [B, T]``, TCD's weights for a step-weighted
     mode and ones otherwise; ``index [B]`` dense group ids of ``n_groups`` groups; ``inputs``: the mode's
     declared inputs, checked (``inputs.py`` says what each becomes).
     """
@@ -66,24 +68,28 @@ class Shared:
     objective_weights: Any
     objective_advantages: Any
     fused: Any
+    mixture: Any
     step_weights: Any
     per_step: Any
     index: Any
     n_groups: int
     inputs: dict
 
-    def spread(self, combined) -> "Assigned":
-        """``combined [B]`` over the steps by ``per_step``; TCD's weights reported as the step weights."""
-        return Assigned(combined, self.per_step * combined.unsqueeze(-1), self.step_weights)
+    def spread(self, combined, parts=None) -> "Assigned":
+        """``combined [B]`` over the steps by ``per_step``; TCD's weights reported as the step weights.
+        ``parts [B, K]``: each objective's share of ``combined`` (for a mode that ``splits``)."""
+        return Assigned(combined, self.per_step * combined.unsqueeze(-1), self.step_weights, parts)
 
 
 @dataclass(frozen=True)
 class Assigned:
-    """A mode's result: ``combined [B]``, ``advantages [B, T]``, ``step_weights [B, T]``."""
+    """A mode's result: ``combined [B]``, ``advantages [B, T]``, ``step_weights [B, T]``, and for a mode
+    that ``splits``, ``parts [B, K]`` (their row sums are ``combined``)."""
 
     combined: Any
     advantages: Any
     step_weights: Any
+    parts: Any = None
 
 
 @dataclass(frozen=True)
@@ -95,6 +101,7 @@ class Mode:
     needs: tuple = ()
     step_weighted: bool = False
     fuses: bool = False
+    splits: bool = False
     whole_batch_std: bool = False
     launchable: bool = True
     title: str = ""
@@ -104,7 +111,7 @@ class Mode:
 _REGISTRY: dict = {}
 
 
-def register_mode(name: str, *, needs=(), step_weighted: bool = False, fuses: bool = False,
+def register_mode(name: str, *, needs=(), step_weighted: bool = False, fuses: bool = False, splits: bool = False,
                   whole_batch_std: bool = False, launchable: bool = True, title: str = "",
                   vanilla: bool = False) -> Callable:
     """Decorator: register ``function(Shared) -> Assigned`` as credit mode ``name`` with its facts."""
@@ -116,8 +123,8 @@ def register_mode(name: str, *, needs=(), step_weighted: bool = False, fuses: bo
     def register(function: Callable) -> Callable:
         if name in _REGISTRY:
             raise ValueError(f"credit mode {name}: registered twice")
-        _REGISTRY[name] = Mode(name, function, tuple(needs), step_weighted, fuses, whole_batch_std, launchable,
-                               title, vanilla)
+        _REGISTRY[name] = Mode(name, function, tuple(needs), step_weighted, fuses, splits, whole_batch_std,
+                               launchable, title, vanilla)
         return function
     return register
 
@@ -140,48 +147,58 @@ def users(input_name: str) -> tuple:
 # ----------------------------------------------------------------------------- the modes (docs/credit.md 5, 8)
 # Registration order is the order ``--otca_mode`` lists them in.
 
-@register_mode("otca", step_weighted=True, fuses=True, title="OTCA (TCD + MOCA)")
+@register_mode("otca", step_weighted=True, fuses=True, splits=True, title="OTCA (TCD + MOCA)")
 def otca(x: Shared) -> Assigned:
     """MOCA's fused advantage, spread over the steps by TCD's weights (the default)."""
-    return x.spread(x.fused)
+    return x.spread(x.fused, x.mixture * x.objective_advantages)
 
 
-@register_mode("moca", fuses=True, title="+ MOCA only")
+@register_mode("moca", fuses=True, splits=True, title="+ MOCA only")
 def moca(x: Shared) -> Assigned:
     """MOCA's fused advantage, the same at every step."""
-    return x.spread(x.fused)
+    return x.spread(x.fused, x.mixture * x.objective_advantages)
 
 
-@register_mode("tcd", step_weighted=True, title="+ TCD only")
+@register_mode("tcd", step_weighted=True, splits=True, title="+ TCD only")
 def tcd(x: Shared) -> Assigned:
     """The sum of the objective advantages, spread over the steps by TCD's weights."""
-    return x.spread(x.objective_advantages.sum(dim=-1))
+    return x.spread(x.objective_advantages.sum(dim=-1), x.objective_advantages)
 
 
-@register_mode("multi_grpo", title="Multi-GRPO (per-reward normalisation)")
+@register_mode("multi_grpo", splits=True, title="Multi-GRPO (per-reward normalisation)")
 def multi_grpo(x: Shared) -> Assigned:
     """The sum of the per-objective group advantages (per-reward normalisation), at every step."""
-    return x.spread(x.objective_advantages.sum(dim=-1))
+    return x.spread(x.objective_advantages.sum(dim=-1), x.objective_advantages)
 
 
-@register_mode("gdpo", whole_batch_std=True, title="GDPO (batch-normalised sum)")
+@register_mode("gdpo", whole_batch_std=True, splits=True, title="GDPO (batch-normalised sum)")
 def gdpo(x: Shared) -> Assigned:
     """The sum of the objective advantages, normalised again over the whole batch (GDPO)."""
-    from .groups import group_normalize
+    from .groups import group_normalize, group_normalize_parts
 
     config, whole_batch = x.config, x.index.new_zeros(x.index.shape)
     summed = x.objective_advantages.sum(dim=-1)
-    return x.spread(group_normalize(summed, whole_batch, 1, config.std_correction, config.adv_eps))
+    combined = group_normalize(summed, whole_batch, 1, config.std_correction, config.adv_eps)
+    if config.objective_timing != "probe":
+        return x.spread(combined)
+    return x.spread(combined, group_normalize_parts(x.objective_advantages, whole_batch, 1, config.std_correction,
+                                                    config.adv_eps))
 
 
-@register_mode("sum", vanilla=True, title="Vanilla DanceGRPO (summed reward)")
+@register_mode("sum", splits=True, vanilla=True, title="Vanilla DanceGRPO (summed reward)")
 def sum_of_rewards(x: Shared) -> Assigned:
     """One scalar reward, ``rewards @ objective_weights``, normalised per group (vanilla DanceGRPO)."""
     from .groups import group_normalize
 
     config = x.config
-    return x.spread(group_normalize(x.rewards @ x.objective_weights, x.index, x.n_groups, config.std_correction,
-                                    config.adv_eps, config.std_scope))
+    combined = group_normalize(x.rewards @ x.objective_weights, x.index, x.n_groups, config.std_correction,
+                               config.adv_eps, config.std_scope)
+    if config.objective_timing != "probe":
+        return x.spread(combined)
+    from .groups import group_normalize_parts  # each objective's share (docs/credit.md 9.3)
+
+    return x.spread(combined, group_normalize_parts(x.rewards * x.objective_weights, x.index, x.n_groups,
+                                                    config.std_correction, config.adv_eps, config.std_scope))
 
 
 @register_mode("coca", needs=("clean",), launchable=False, title="CoCA (x0-hat contribution credit; comparison)")

@@ -19,7 +19,7 @@ from otca_patch.help_text import PlainHelpFormatter
 
 from .config import DemoConfig
 from .regimes import regime_names
-from .report import interval
+from .report import interval, plot_result_timing, timing_lines
 from ..analysis.intervals import mean_interval, pareto_verdict, plain_line
 from .variants import ABLATION_ORDER, PEERS, VARIANTS, short_name
 
@@ -76,6 +76,7 @@ def main(argv=None) -> int:
         atomic_write_json(folder / "ablation.json", result)
         atomic_write_text(folder / "ablation.md", render_markdown(result, command))
         plot_gradient_conflict(result, folder / "gradient_conflict.png")
+        plot_result_timing(result, folder / "timing.png")
         results[name] = result
         print(f"\n## regime {name}\n\n" + render_table(result))
     if len(regimes) > 1:
@@ -103,6 +104,8 @@ DECOMPOSITION = (
     ("otca", "otca_maxadv", "option: exploration bias scaled by the largest objective advantage"),
     ("otca", "otca_window", "option: rewards to unit std over a running window (App. A.5)"),
     ("sum_raw", "sum_window", "option: the raw sum with each reward rescaled over a running window (App. A.5)"),
+    ("multi_grpo", "multi_grpo_timed", "option: each objective spread over the steps that decide it (on Multi-GRPO)"),
+    ("otca", "otca_timed", "option: each objective spread over the steps that decide it (on OTCA)"),
 )
 def _paired(result: dict, candidate: str, reference: str) -> dict:
     """``candidate - reference`` per seed for every table column, mean [95% t-interval] with the thresholds."""
@@ -310,6 +313,7 @@ def render_markdown(result: dict, command: str) -> str:
         "`moca`, MOCA acts as a smaller step); `moca_beta0`, `moca_centred`, `moca_group` change MOCA's bias and fusion. "
         "Peers (comparison methods, docs/credit.md section 8): `coca`, `tempflow`, `marble`.",
         "",
+        *timing_lines(result),
         f"Wall time: {result['seconds']['total']:.0f} s.",
         "",
     ])

@@ -43,18 +43,32 @@ def oracle_rewards(eval_set: EvalSet, config: DemoConfig) -> torch.Tensor:
     return objective_rewards(clean_render(eval_set.prompt_ids, config.image_size), eval_set.prompt_ids, config.objectives)
 
 
+@dataclass
+class Evaluation:
+    rewards: torch.Tensor  # [E, K]
+    drift: Optional[float]  # None without a reference model
+    timing: list  # [K][T] the map decided (docs/credit.md 9.1) on the evaluation rollout; None where undefined
+
+
 @torch.no_grad()
 def evaluate(model: TinyFlux, eval_set: EvalSet, config: DemoConfig,
-             reference: Optional[TinyFlux] = None) -> tuple[torch.Tensor, Optional[float]]:
-    """Rewards ``[E, K]`` of the policy's images on the evaluation set (the training SDE, fixed noise),
-    and the drift from ``reference`` (``None`` without one)."""
+             reference: Optional[TinyFlux] = None) -> Evaluation:
+    """Rewards of the policy's images on the evaluation set (the training SDE, fixed noise), the drift
+    from ``reference``, and the map of when each objective is decided (groups: the evaluation prompts)."""
+    from otca_patch.credit.timing import decided_from_moments
+
+    from .timing_probe import rollout_moments
+
     generator = torch.Generator().manual_seed(eval_set.seed)
     sigmas = sigma_schedule(config.sampling_steps, config.shift)
     rollout = sample_trajectories(model, eval_set.prompt_ids, eval_set.noise, sigmas, config.eta, generator)
     rewards = objective_rewards(unpack(rollout.final_clean, config.image_size), eval_set.prompt_ids, config.objectives)
-    if reference is None:
-        return rewards, None
-    return rewards, gaussian_drift(model, reference, rollout.latents, eval_set.prompt_ids, sigmas, config.eta)
+    groups = torch.arange(rewards.shape[0]) // config.eval_samples_per_prompt
+    moments = rollout_moments(rollout, eval_set.prompt_ids, groups, rewards, config.image_size, config.objectives)
+    timing = [[None if v != v else v for v in row] for row in decided_from_moments(moments).tolist()]
+    drift = None if reference is None else gaussian_drift(model, reference, rollout.latents, eval_set.prompt_ids,
+                                                          sigmas, config.eta)
+    return Evaluation(rewards, drift, timing)
 
 
 def gaussian_drift(model: TinyFlux, reference: TinyFlux, latents: torch.Tensor, prompt_ids: torch.Tensor,

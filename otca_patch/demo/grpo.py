@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import collections
 import copy
+import functools
+import operator
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 import torch
 
 from otca_patch.credit import group_ids_from_size
+from otca_patch.credit.timing import decided_from_moments
 
 from .config import DemoConfig
 from .data import sample_prompts
@@ -20,7 +23,8 @@ from .gradients import MarbleCombiner, conflict_diagnostic, nanmean
 from .model import TinyFlux, unpack
 from .pixel_rewards import objective_rewards
 from .sampling import Rollout, gaussian_log_prob, sample_trajectories, sde_transition, sigma_schedule
-from .variants import REWARD_WINDOW_BATCHES, Variant, engine_rewards, variant_credit
+from .timing_probe import rollout_moments
+from .variants import REWARD_WINDOW_BATCHES, TIMING_WINDOW_BATCHES, Variant, engine_rewards, variant_credit
 
 
 def ppo_clipped_loss(new_log_probs: torch.Tensor, old_log_probs: torch.Tensor, advantages: torch.Tensor,
@@ -70,16 +74,18 @@ def collect_batch(model: TinyFlux, config: DemoConfig, seed: int, iteration: int
     return Batch(prompt_ids=prompt_ids, group_ids=group_ids, rollout=rollout, rewards=rewards, eta=config.eta)
 
 
-def assign_credit(batch: Batch, variant: Variant, raw_scales=None, reward_window=None):
+def assign_credit(batch: Batch, variant: Variant, raw_scales=None, reward_window=None, objective_timing=None):
     """``(credit, advantages [B, T])`` of ``variant`` from the credit engine (the code a real run uses).
     CoCA gets the predicted clean samples, TempFlow-GRPO the std ``eta sqrt(sigma_t - sigma_t+1)`` of each step;
     ``sum_raw`` the rewards times ``raw_scales [K]``; ``reward_scale="window"`` variants ``reward_window [N, K]``
-    (the rewards the engine saw in earlier iterations)."""
+    (the rewards the engine saw in earlier iterations); ``objective_timing="probe"`` variants the map
+    ``objective_timing [K, T]`` (``None``: not measured yet)."""
     sigmas = batch.rollout.sigmas
     step_noise = batch.eta * (sigmas[:-1] - sigmas[1:]).clamp(min=0).sqrt()
     rewards = engine_rewards(variant, batch.rewards, raw_scales if raw_scales is not None else [1.0] * batch.rewards.shape[1])
     return variant_credit(variant, rewards, batch.rollout.latents, batch.group_ids,
-                          clean=batch.rollout.clean, step_noise=step_noise, reward_window=reward_window)
+                          clean=batch.rollout.clean, step_noise=step_noise, reward_window=reward_window,
+                          objective_timing=objective_timing)
 
 
 def trained_step_order(batch_size: int, n_steps: int, n_trained: int, generator: torch.Generator) -> torch.Tensor:
@@ -194,26 +200,41 @@ class ModeHistory:
     eval_iterations: list = field(default_factory=list)  # iterations at which eval ran (0 = base)
     eval_rewards: list = field(default_factory=list)  # [n_eval][K] mean eval reward
     drift: list = field(default_factory=list)  # [n_eval] mean per-step Gaussian KL to the base model
+    objective_timing: list = field(default_factory=list)  # [n_eval][K][T] decided on the eval rollout (credit.md 9.1)
+    objective_step_weights: list = field(default_factory=list)  # [iters][K][T] timed variants: the weights used (9.3)
 
 
 def train_mode(base_model: TinyFlux, config: DemoConfig, variant: Variant, seed: int, eval_set: EvalSet,
-               base_eval_means: list, on_iteration: Optional[Callable[[], None]] = None) -> tuple[TinyFlux, ModeHistory]:
+               base_eval_means: list, on_iteration: Optional[Callable[[], None]] = None,
+               base_timing: Optional[list] = None) -> tuple[TinyFlux, ModeHistory]:
     """GRPO from a copy of ``base_model`` under credit ``variant``; the base model is not touched.
 
-    ``on_iteration`` is called after every iteration (progress reporting).
+    ``on_iteration`` is called after every iteration (progress reporting). ``base_timing [K][T]``: the
+    base model's map on the evaluation set (the history's first entry). A variant with
+    ``objective_timing="probe"`` scores every step's prediction of each batch and uses, at iteration
+    n, the map pooled over the ``TIMING_WINDOW_BATCHES`` iterations before it (none at iteration 0).
     """
     model = copy.deepcopy(base_model)
     model.freeze_prompt_encoder()  # DanceGRPO trains on fixed prompt embeddings
     optimizer = torch.optim.AdamW(_trainable(model), lr=config.learning_rate, betas=(0.9, 0.999),
                                   weight_decay=config.weight_decay)
-    history = ModeHistory(mode=variant.name, eval_iterations=[0], eval_rewards=[list(base_eval_means)], drift=[0.0])
+    history = ModeHistory(mode=variant.name, eval_iterations=[0], eval_rewards=[list(base_eval_means)], drift=[0.0],
+                          objective_timing=[base_timing] if base_timing is not None else [])
     combiner = MarbleCombiner() if variant.gradient_combination == "marble" else None
     raw_scales = config.task_regime.raw_scales
     window = collections.deque(maxlen=REWARD_WINDOW_BATCHES)  # the rewards the engine saw, earlier iterations
+    timed = variant.credit_config().objective_timing == "probe"
+    probes = collections.deque(maxlen=TIMING_WINDOW_BATCHES)  # the map's moments, earlier iterations
     for iteration in range(config.grpo_steps):
         batch = collect_batch(model, config, seed, iteration)
-        credit, advantages = assign_credit(batch, variant, raw_scales, torch.cat(list(window)) if window else None)
+        timing_map = decided_from_moments(functools.reduce(operator.add, probes)) if probes else None
+        credit, advantages = assign_credit(batch, variant, raw_scales, torch.cat(list(window)) if window else None,
+                                           objective_timing=timing_map)
         window.append(engine_rewards(variant, batch.rewards, raw_scales))
+        if timed:
+            probes.append(rollout_moments(batch.rollout, batch.prompt_ids, batch.group_ids, batch.rewards,
+                                          config.image_size, config.objectives))
+            history.objective_step_weights.append(credit.objective_step_weights.tolist())
         diagnose = config.conflict_diagnostic or combiner is not None
         stats = policy_update(model, optimizer, batch, advantages, config, seed, iteration,
                               objective_advantages=credit.objective_advantages if diagnose else None, combiner=combiner)
@@ -231,10 +252,11 @@ def train_mode(base_model: TinyFlux, config: DemoConfig, variant: Variant, seed:
         history.clip_fraction.append(stats["clip_fraction"])
         done = iteration + 1
         if done % config.eval_every == 0 or done == config.grpo_steps:
-            rewards, drift = evaluate(model, eval_set, config, reference=base_model)
+            result = evaluate(model, eval_set, config, reference=base_model)
             history.eval_iterations.append(done)
-            history.eval_rewards.append(rewards.mean(0).tolist())
-            history.drift.append(drift)
+            history.eval_rewards.append(result.rewards.mean(0).tolist())
+            history.drift.append(result.drift)
+            history.objective_timing.append(result.timing)
         if on_iteration is not None:
             on_iteration()
     return model, history

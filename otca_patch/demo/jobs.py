@@ -49,9 +49,10 @@ def run_job(job: Job, on_iteration: Optional[Callable[[], None]] = None) -> dict
     model.load_state_dict(saved["state_dict"])
     model.eval()
     eval_set = make_eval_set(config, model.token_shape)
-    base_rewards, _ = evaluate(model, eval_set, config)
+    base = evaluate(model, eval_set, config)
+    base_rewards = base.rewards
     _, history = train_mode(model, config, VARIANTS[job.mode], job.seed, eval_set, base_rewards.mean(0).tolist(),
-                            on_iteration=on_iteration)
+                            on_iteration=on_iteration, base_timing=base.timing)
     return {"history": asdict(history), "base_eval": base_rewards.tolist(),
             "oracle_eval": oracle_rewards(eval_set, config).tolist(),
             "seconds": time.perf_counter() - started, "cpu_seconds": time.process_time() - cpu_started}

@@ -15,7 +15,7 @@ from ..analysis.intervals import plain_line
 from .variants import short_name
 
 REPORT_FILES = ("report.md", "metrics.json", "reward_curves.png", "step_weights.png", "mixture.png",
-                "gradient_conflict.png")
+                "gradient_conflict.png", "timing.png")
 
 
 def write_report(result: dict, out_dir, command: str = "otca-patch demo") -> list[Path]:
@@ -27,8 +27,40 @@ def write_report(result: dict, out_dir, command: str = "otca-patch demo") -> lis
     plot_step_weights(result, out / "step_weights.png")
     plot_mixture(result, out / "mixture.png")
     plot_gradient_conflict(result, out / "gradient_conflict.png")
+    plot_result_timing(result, out / "timing.png")
     atomic_write_text(out / "report.md", render_markdown(result, command))
     return [out / name for name in REPORT_FILES]
+
+
+def plot_result_timing(result: dict, path) -> None:
+    """``timing.png``: the regime's map (the base model's) and each variant's after training (docs/credit.md 9)."""
+    from ..analysis.timing import plot_timing, result_maps
+
+    if _has_timing(result):
+        plot_timing(result_maps(result), path, TIMING_SHARE)
+
+
+#: "mostly decided" in the reports' timing lines
+TIMING_SHARE = 0.8
+
+
+def timing_lines(result: dict) -> list:
+    """The map's figure and, per objective, the step by which the base model has it mostly decided."""
+    from ..analysis.timing import decided_by, result_maps
+
+    if not _has_timing(result):
+        return []
+    _, base, names, _ = result_maps(result)[0]
+    steps = base.shape[1]
+    by = ", ".join(f"{k} by step {decided_by(base[i], TIMING_SHARE)}" for i, k in enumerate(names))
+    return [f"When each objective is decided (docs/credit.md 9: the share of its final within-group variation "
+            f"that step t's predicted clean sample already fixes; step 1 = the noise side). On the base model, "
+            f"{round(100 * TIMING_SHARE)}% decided: {by} (of {steps}).", "", "![when each objective is decided](timing.png)",
+            ""]
+
+
+def _has_timing(result: dict) -> bool:
+    return any(run.get("history", {}).get("objective_timing") for run in result.get("runs", []))
 
 
 def interval(stat: dict, digits: int = 3) -> str:
@@ -121,6 +153,7 @@ def render_markdown(result: dict, command: str) -> str:
         "![mixture](mixture.png)", "",
         "Gradient conflict (every update: each objective's own gradient against the applied update; "
         "`otca_patch/demo/gradients.py`):", "", "![gradient conflict](gradient_conflict.png)", "",
+        *timing_lines(result),
         "## Caveats", "",
         f"{n} seeds of one small synthetic task with hand-written pixel objectives: an interval that contains 0 means "
         "these seeds cannot tell the variants apart, not that they are equal. The ablation (`otca-patch ablate`) adds "

@@ -16,7 +16,9 @@ The paper's own baseline and the options that test OTCA's two gap-fills (docs/cr
   rescaled to unit std over a running window (``reward_scale="window"``, App. A.5's rescaling);
 - ``otca_window``: OTCA with ``reward_scale="window"`` (the window's std instead of each group's);
 - ``otca_maxadv``: OTCA with ``explore_scale="max_advantage"`` (the exploration bias scaled by the
-  sample's largest objective advantage, not an absolute 0.5).
+  sample's largest objective advantage, not an absolute 0.5);
+- ``multi_grpo_timed``, ``otca_timed``: the option ``objective_timing="probe"`` (docs/credit.md 9.3)
+  on Multi-GRPO and OTCA: each objective's share of the advantage spread over the steps that decide it.
 
 The peers' answers (docs/credit.md section 8; comparison methods, not OTCA):
 - ``coca``: CoCA's step credit (the credit engine's mode ``coca``, fed the predicted clean samples);
@@ -80,9 +82,14 @@ BASELINE_AND_OPTIONS = (
             description="DanceGRPO, raw rewards rescaled over a window (reward_scale=window)"),
     Variant("otca_window", "otca", {"reward_scale": "window"}, description="OTCA, reward_scale=window"),
     Variant("otca_maxadv", "otca", {"explore_scale": "max_advantage"}, description="OTCA, explore_scale=max_advantage"),
+    Variant("multi_grpo_timed", "multi_grpo", {"objective_timing": "probe"},
+            description="Multi-GRPO, objective_timing=probe (each objective over the steps that decide it)"),
+    Variant("otca_timed", "otca", {"objective_timing": "probe"}, description="OTCA, objective_timing=probe"),
 )
 #: Raw rewards of this many earlier iterations form the running window of ``reward_scale="window"``.
 REWARD_WINDOW_BATCHES = 8
+#: ``objective_timing="probe"``: the map is pooled over the probes of this many earlier iterations.
+TIMING_WINDOW_BATCHES = 8
 CONTROLS = (
     Variant("tcd_batch", "tcd", {"weight_scope": "batch"}, description="TCD, batch schedule only (weight_scope=batch)"),
     Variant("multi_grpo_moca_rms", "multi_grpo", rescale_to="moca",
@@ -105,7 +112,8 @@ SHORT_NAMES = {"sum_raw": "DanceGRPO (raw sum)", "sum": "Sum", "multi_grpo": "Mu
                "moca": "MOCA", "otca": "OTCA", "tcd": "TCD", "tcd_batch": "TCD schedule",
                "multi_grpo_moca_rms": "Multi-GRPO at MOCA's RMS", "otca_maxadv": "OTCA (explore_scale=max_advantage)",
                "otca_window": "OTCA (reward_scale=window)", "sum_window": "DanceGRPO (raw sum, reward_scale=window)",
-               "coca": "CoCA", "tempflow": "TempFlow-GRPO", "marble": "MARBLE"}
+               "coca": "CoCA", "tempflow": "TempFlow-GRPO", "marble": "MARBLE",
+               "multi_grpo_timed": "Multi-GRPO (objective_timing=probe)", "otca_timed": "OTCA (objective_timing=probe)"}
 
 
 def short_name(name: str) -> str:
@@ -124,18 +132,22 @@ def engine_rewards(variant: Variant, rewards: torch.Tensor, raw_scales) -> torch
 
 
 def variant_credit(variant: Variant, rewards: torch.Tensor, latents: torch.Tensor, group_ids: torch.Tensor,
-                   clean: torch.Tensor = None, step_noise: torch.Tensor = None, reward_window: torch.Tensor = None):
+                   clean: torch.Tensor = None, step_noise: torch.Tensor = None, reward_window: torch.Tensor = None,
+                   objective_timing: torch.Tensor = None):
     """``(credit, advantages [B, T])`` of ``variant`` from the credit engine, given the rewards it sees
     (``engine_rewards``); for a rescaled variant the advantages are multiplied by
     ``rms(combined of rescale_to) / rms(own combined)`` on this batch. ``clean [B, T+1, ...]`` (predicted
     clean samples), ``step_noise [T]`` and ``reward_window [N, K]`` (earlier batches' rewards, for
-    ``reward_scale="window"``) go to the variants that use them."""
+    ``reward_scale="window"``) and the map ``objective_timing [K, T]`` (for ``objective_timing="probe"``) go
+    to the variants that use them."""
     from otca_patch.credit import compute_credit
 
     given = {"clean": clean, "step_noise": step_noise}
     extra = {name: given[name] for name in modes.get(variant.mode).needs}
     if variant.options.get("reward_scale") == "window":
         extra["reward_window"] = reward_window
+    if variant.options.get("objective_timing") == "probe":
+        extra["objective_timing"] = objective_timing
     credit = compute_credit(rewards, latents, group_ids, variant.credit_config(), **extra)
     if not variant.rescale_to:
         return credit, credit.advantages

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 
+from conformance_vectors import assert_engine_conforms, assert_vectors_are_the_references
 from otca_patch.credit import CreditConfig, compute_credit, credit_from_progress
 
 VECTORS = Path(__file__).resolve().parents[1] / "data" / "conformance" / "credit_gapfill_cases.json"
@@ -165,21 +166,12 @@ def _run(case, dtype=torch.float32):
 def test_the_vectors_are_what_the_reference_computes():
     """The JSON is the reference's output (regenerated here): the engine is checked against the
     reference, not against itself."""
-    regenerated = json.loads(json.dumps(generate_cases()))
-    assert [c["name"] for c in regenerated] == [c["name"] for c in CASES]
-    for new, stored in zip(regenerated, CASES):
-        for name, values in new["expected"].items():
-            assert np.allclose(values, stored["expected"][name], atol=1e-12, rtol=0), (new["name"], name)
+    assert_vectors_are_the_references(generate_cases(), CASES)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
 def test_engine_conforms_to_the_gapfill_vectors(case):
-    credit = _run(case)
-    for name, values in case["expected"].items():
-        expected = torch.tensor(values, dtype=torch.float64)
-        got = getattr(credit, name).double()
-        assert got.shape == expected.shape, name
-        assert (got - expected).abs().max() < TOLERANCE, (case["name"], name)
+    assert_engine_conforms(_run(case), case, TOLERANCE)
 
 
 def test_the_defaults_are_unchanged_and_the_options_do_change_something():

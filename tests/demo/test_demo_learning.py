@@ -19,7 +19,7 @@ def default_base(tmp_path_factory):
     config = DemoConfig(out=str(tmp_path_factory.mktemp("base")), quiet=True, grpo_steps=30)
     model, _ = load_or_train_base_model(config, log=lambda msg: None)
     eval_set = make_eval_set(config, model.token_shape)
-    base_rewards, _ = evaluate(model, eval_set, config)
+    base_rewards = evaluate(model, eval_set, config).rewards
     yield config, model, eval_set, base_rewards.mean(0)
     torch.set_num_threads(threads)
 
