@@ -11,6 +11,7 @@ launch names is refused by the pre-flight before it runs, tests/test_launch_pref
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import textwrap
@@ -305,6 +306,7 @@ def test_an_exec_in_place_into_a_python_without_the_hook_stops_the_launch_naming
     assert len(stop) == 1, done.stderr[-4000:]
     assert "then replaced its program in place (exec) with" in stop[0] and "-I trainer/train_variant.py" in stop[0]
     assert "started with -I" in stop[0], stop[0]
+    assert re.search(r"it checked in as .*-c .*import os, sys; os.execv.*, then replaced", stop[0]), stop[0]
 
 
 def test_a_process_that_outlives_the_top_process_without_checking_in_is_named_and_stopped(stand_in):
@@ -332,3 +334,71 @@ def test_a_checked_in_process_that_outlives_the_top_process_is_waited_for(stand_
     assert re.search(r"the \d+ process(es)? that outlived the launch's top process ended\n", done.stderr)
     steps = markers(upstream)
     assert len(steps) == STEPS and all(step["layer"] and step["advantages"] == PATCHED_ADVANTAGES for step in steps)
+
+
+def test_a_signal_while_the_launch_waits_for_what_outlived_its_top_process_stops_it(stand_in):
+    upstream, env = stand_in
+    script = upstream / "launch.sh"
+    script.write_text("python trainer/train.py --out steps\nsleep 600 &\n")
+    wrapper = subprocess.Popen([str(REPO / "scripts" / "otca_run.sh"), str(script), "--otca"], cwd=upstream, env=env,
+                               stderr=subprocess.PIPE, text=True)
+    try:
+        lines = []
+        for line in wrapper.stderr:  # until the launch says what outlived its top process
+            lines.append(line)
+            if "the launch's top process ended" in line:
+                break
+        waiting = [int(pid) for pid in re.findall(r"pid (\d+) `", lines[-1])]
+        assert waiting, "".join(lines)
+        time.sleep(1)
+        wrapper.send_signal(signal.SIGTERM)
+        rest = wrapper.stderr.read()
+        assert wrapper.wait(timeout=120) == 128 + signal.SIGTERM, rest
+    finally:
+        wrapper.kill()
+    assert "error: stopped by SIGTERM while processes that outlived the launch's top process still ran" in rest
+    for pid in waiting:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
+EXEC_PROBE = textwrap.dedent('''\
+    import importlib.util, os, sys, time
+    spec = importlib.util.spec_from_file_location("hook", sys.argv[1])
+    hook = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hook)  # no $OTCA_PATCH_ARGS: it checks nothing in
+    fork = os.fork()
+    if fork == 0:
+        time.sleep(60)
+        os._exit(0)
+    print(hook._program(), fork, flush=True)
+    sys.stdin.readline()
+    os.execv(sys.executable, [sys.executable, "-c", "import time; time.sleep(60)"])
+''')
+
+
+def test_the_watch_reads_the_program_digest_the_hook_writes_a_fork_keeps_it_and_an_exec_changes_it():
+    sys.path.insert(0, str(REPO))
+    from otca_patch.launch import watch
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTCA_PATCH_")}
+    probe = subprocess.Popen([sys.executable, "-c", EXEC_PROBE, str(REPO / "otca_patch/launch/startup/sitecustomize.py")],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+    fork = None
+    try:
+        written, fork = probe.stdout.readline().split()
+        assert written and watch.program(probe.pid) == written
+        assert watch.program(int(fork)) == written, "a fork runs the same program"
+        probe.stdin.write("\n")
+        probe.stdin.flush()
+        for _ in range(600):  # a hang guard: until the exec has happened
+            if watch.command_line(probe.pid)[-1:] == ["import time; time.sleep(60)"]:
+                break
+            time.sleep(0.1)
+        assert watch.program(probe.pid) not in ("", written), "an exec in place is a new program"
+        assert watch.stat(probe.pid)[0] != "Z"
+    finally:
+        probe.kill()
+        probe.wait()
+        if fork is not None:
+            os.kill(int(fork), 9)

@@ -1,12 +1,12 @@
 """Every Python process of an ``--otca`` launch is seen by the layer, or the launch stops.
 
-The start-up hook appends ``checkin<TAB>PID<TAB>START TIME<TAB>PROGRAM`` to the launch record in every
-process it runs in (``startup/sitecustomize.py``). PROGRAM (``program``) is a digest of what the
+The start-up hook appends ``checkin<TAB>PID<TAB>START TIME<TAB>PROGRAM<TAB>SCRIPT`` to the launch record
+in every process it runs in (``startup/sitecustomize.py``). PROGRAM (``program``) is a digest of what the
 kernel set up for the process's last exec: an exec in place keeps the pid and start time, so a
 program that replaced a checked-in one is a new program, which must check in itself. A process
 forked from a checked-in one (a DataLoader worker, a multiprocessing ``fork`` child) runs the same
 program with its parent's state, layer and step guard included; it checks in at the fork
-(``...<TAB>fork of PID``, from an ``os.register_at_fork`` hook).
+(SCRIPT ``fork of pid PARENT: ...``, from an ``os.register_at_fork`` hook).
 
 The wrapper walks its process tree (``/proc``, standard library only) every ``POLL_S``; a Python
 interpreter (``/proc/PID/exe`` named ``python*``) whose program has not checked in ``GRACE_S`` after
@@ -205,8 +205,10 @@ class TreeWatch:
         self.checked: dict = {}
         #: ``(pid, start time, program) -> (when first seen, its CPU seconds then)``: its grace counts from there
         self.first_seen: dict = {}
-        #: ``(pid, start time) -> (program, command line)`` last seen checked in: what an exec replaced
+        #: ``(pid, start time) -> (program, command line)`` last seen checked in, and the script its last
+        #: check-in named: what an exec replaced
         self.seen_as: dict = {}
+        self.checked_as: dict = {}
         #: once the top process ended: its status, and the processes still running then
         self.top_status: int | None = None
         self.outliving: dict = {}
@@ -225,8 +227,9 @@ class TreeWatch:
         for line in complete.decode(errors="replace").splitlines():
             kind, _, rest = line.partition("\t")
             if kind == "checkin":
-                pid, start, code = (rest.split("\t") + ["", ""])[:3]
+                pid, start, code, shown = (rest.split("\t") + ["", "", ""])[:4]
                 self.checked.setdefault((pid, start), set()).add(code)
+                self.checked_as[(pid, start)] = shown
 
     def checked_in(self, key: tuple, code: str) -> bool:
         """Whether the program ``code`` of process ``key`` checked in (``""``: a side that could not read it)."""
@@ -260,7 +263,8 @@ class TreeWatch:
         unseen = why_unseen(pid, self.startup_dir, self.record_variable)
         if key in self.checked:
             before = self.seen_as.get(key)
-            was = f" as `{shown_command(pid, before[1])}`" if before is not None else ""
+            was = (f" as `{shown_command(pid, before[1])}`" if before is not None
+                   else f" as {self.checked_as[key]}" if self.checked_as.get(key) else "")
             return (f"it checked in{was}, then replaced its program in place (exec) with `{shown_command(pid)}`, "
                     f"which never checked in: {unseen}")
         parent = info[1] if info is not None else 0
@@ -298,7 +302,7 @@ class TreeWatch:
             if info is None:
                 continue
             seen = self.checked_in((str(pid), info[2]), program(pid))
-            what = "checked in" if seen else "a Python that has not checked in yet" if is_python(pid) else "not Python"
+            what = "checked in" if seen else "a Python that has not checked in yet" if is_python(pid) else "not Python now"
             self.outliving[pid] = f"pid {pid} `{shown_command(pid)}` ({what})"
         if not self.outliving:
             return ""

@@ -5,13 +5,13 @@ environment lookups, one short append to the launch record and a meta-path entry
 ``scripts/bench_startup.py``). In an active launch (``$OTCA_PATCH_ARGS`` and ``$OTCA_PATCH_TARGETS``
 set by the wrapper) every process:
 
-- **checks in**: appends ``checkin<TAB>PID<TAB>START TIME<TAB>PROGRAM`` to ``$OTCA_PATCH_RECORD``
-  (PROGRAM tells this program from one an exec in place replaces it with, which keeps the pid and
-  start time). The wrapper watches its process tree and stops the launch when a Python process has
+- **checks in**: appends ``checkin<TAB>PID<TAB>START TIME<TAB>PROGRAM<TAB>SCRIPT`` to
+  ``$OTCA_PATCH_RECORD`` (PROGRAM tells this program from one an exec in place replaces it with,
+  which keeps the pid and start time). The wrapper watches its process tree and stops the launch when a Python process has
   not checked in shortly after it started (``python -I``, ``-E``, ``-S``, ``env -i``: interpreters
   this hook never reaches). A process forked from this one (a DataLoader worker, a multiprocessing
   ``fork`` child) inherits this one's state, layer and step guard included, and checks in at the
-  fork (``...<TAB>fork of PARENT PID``).
+  fork (its SCRIPT: ``fork of pid PARENT: SCRIPT``).
 - **becomes the layer's worker** when its script, or the file its ``-m`` module resolves to (found
   without importing it), is a targeted upstream file (``$OTCA_PATCH_TARGETS``: a JSON list of
   "/"-separated paths inside the checkout, or absolute ``--otca_target`` paths). It re-executes the
@@ -107,15 +107,14 @@ def _program():
     return format(int.from_bytes(data, "little") % PROGRAM_MODULUS, "x")
 
 
-def _check_in(program, forked_from=None):
-    return (f"checkin\t{os.getpid()}\t{_start_time()}\t{program}"
-            + (f"\tfork of {forked_from}" if forked_from is not None else ""))
+def _check_in(program, shown):
+    return f"checkin\t{os.getpid()}\t{_start_time()}\t{program}\t{' '.join(shown.split())}"
 
 
-def _check_in_forks(program):
+def _check_in_forks(program, shown):
     """Each process forked from this one, by ``os.fork`` (multiprocessing, DataLoader workers), checks
     in as it starts: it runs this program with this process's state, so it is as safe as this one."""
-    os.register_at_fork(after_in_child=lambda: _record([_check_in(program, os.getppid())]))
+    os.register_at_fork(after_in_child=lambda: _record([_check_in(program, f"fork of pid {os.getppid()}: {shown}")]))
 
 
 def _record(lines):
@@ -447,9 +446,9 @@ def _main():
                   f"targets; start the launch through `otca-patch launch` (refusing to run {script} unpatched)")
         return
     program = _program()
-    lines = [_check_in(program)]
-    _check_in_forks(program)
     shown, file, module, options = _what_runs()
+    lines = [_check_in(program, shown)]
+    _check_in_forks(program, shown)
     if file is not None:
         target = _targeted(file, targets, shown)
         if target is not None:
