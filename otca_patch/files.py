@@ -79,3 +79,16 @@ def read_jsonl(path) -> tuple[list[tuple[int, dict]], list[str]]:
                 continue
             records.append((number, record))
     return records, warnings
+
+
+#: the folder a command was started in, for printing paths (a smoke run works inside its output folder)
+STARTED_IN = "OTCA_STARTED_IN"
+
+
+def shown_path(path) -> str:
+    """``path`` as printed to the user: relative to the folder the command was started in (``$OTCA_STARTED_IN``,
+    else the current one) when it lies inside it, else absolute."""
+    path = os.path.abspath(path)
+    start = os.environ.get(STARTED_IN) or os.getcwd()
+    relative = os.path.relpath(path, start)
+    return path if relative == ".." or relative.startswith(".." + os.sep) else relative

@@ -147,7 +147,7 @@ run_limit="${OTCA_GPU_CHECK_RUN_S:-$( [ "$rehearse" = 1 ] && echo 400 || echo 12
 cause() {  # LOG -> the failing run's last error (a rank's, not torchrun's report of it) and where it was raised
   local log="$1" error where
   error="$(sed 's/^\[rank[0-9]*\]: //' "$log" | grep -E '^([A-Za-z_][A-Za-z0-9_.]*(Error|Exception|Exit)|otca-patch[a-z ]*: error|smoke: )' \
-           | grep -v 'ChildFailedError' | tail -1)"
+           | grep -v -e 'ChildFailedError' -e '^smoke: failed' | tail -1)"  # the error, not the smoke's closing line
   where="$(sed 's/^\[rank[0-9]*\]: //' "$log" | grep -B40 -F -- "${error:-no error line}" | grep -E '^\s*File "' | tail -1 \
            | sed -E 's|^\s*File "([^"]*)", line ([0-9]+).*|\1:\2|; s|.*/upstream/||; s|.*/site/||; s|.*/site-packages/||; s|.*/otca_patch/|otca_patch/|')"
   echo "${error:0:240}${where:+ (at $where)}"

@@ -7,3 +7,22 @@ summary, which is slow where the worker ran no Hypothesis test; importing it her
 leaves the summary nothing slow to do.
 """
 import hypothesis  # noqa: F401
+
+import pytest
+
+#: ``./scripts/test.sh -m quick``: a first check in a few minutes on 2 cores (the CLI and its flags, the
+#: credit math, the hook engine, the layering), leaving out what runs upstream trainers, launches or
+#: the demo. A file's tests marked ``slow`` or ``upstream`` stay out of it.
+QUICK_FILES = {
+    "test_cli.py", "test_flags.py", "test_config_flags.py", "test_layering.py", "test_setup_script.py",
+    "test_credit_conformance.py", "test_credit_errors.py", "test_credit_gapfills.py", "test_credit_options.py",
+    "test_credit_summary.py", "test_student_t.py", "test_objective_weights.py", "test_invariants.py",
+    "test_hooks_engine.py", "test_anchor_tails.py", "test_spec_extends.py", "test_spec_runtime_contract.py",
+    "test_trainer_kind.py", "test_smoke_cli.py",
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.path.name in QUICK_FILES and not any(item.get_closest_marker(name) for name in ("slow", "upstream")):
+            item.add_marker(pytest.mark.quick)

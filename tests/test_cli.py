@@ -57,3 +57,29 @@ def test_credit_example_shows_a_sample_that_trains_and_says_why_others_are_zero(
     assert printed == pytest.approx(credit.advantages[shown].tolist(), abs=0.006)
     assert min(abs(x) for x in printed) > 0.1
     assert "disagree in sign" in out
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_help_is_plain_text_without_restructuredtext_markup(name, capsys):
+    try:
+        code = main([name, "--help"])
+    except SystemExit as exc:  # argparse's --help exits
+        code = exc.code
+    out = capsys.readouterr().out
+    assert code == 0 and f"otca-patch {name}" in out
+    assert "``" not in out, f"otca-patch {name} --help shows reStructuredText: {out[out.index('``') - 60:][:120]!r}"
+    assert ":func:`" not in out and ":class:`" not in out
+
+
+def test_plain_text_drops_literals_and_roles_and_keeps_the_words():
+    from otca_patch.help_text import plain_text
+
+    assert plain_text("run ``torchrun -m x`` then :func:`main` (`otca-patch launch`)") == \
+        "run torchrun -m x then main (`otca-patch launch`)"
+
+
+def test_a_mistyped_smoke_target_gets_one_line_with_did_you_mean(tmp_path, capsys):
+    assert main(["smoke", str(tmp_path), str(tmp_path / "out"), "--target", "dancegrpo-fluxx"]) == 2
+    err = capsys.readouterr().err
+    assert "did you mean dancegrpo-flux?" in err
+    assert "usage:" not in err and len(err.strip().splitlines()) == 1

@@ -4,8 +4,8 @@ short enough to read in five minutes.
 
 A ```bash block under ``<!-- ci: run -->`` runs in a temporary folder; one under
 ``<!-- ci: run in=NAME -->`` (NAME: DanceGRPO, flow_grpo or MixGRPO) runs in that upstream's checkout
-(the pinned snapshot, see upstream_snapshots.py), where its ``cd /path/to/NAME`` line stands for that
-checkout. Paths under ``/tmp/`` are moved into the test's own temporary folder, so that two runs on
+(the pinned snapshot, see upstream_snapshots.py; ``in=NAME@COMMIT``: the snapshot of a newer commit),
+where its ``cd /path/to/NAME`` line stands for that checkout. Paths under ``/tmp/`` are moved into the test's own temporary folder, so that two runs on
 one machine do not meet. Nothing else is changed: ``otca-patch`` is the command of this environment.
 The README's ``<!-- check_upstream_env: NAME -->`` blocks are run by scripts/check_upstream_env.sh in
 the upstream's own environment (tests/test_upstream_envs.py checks what they hold).
@@ -20,11 +20,11 @@ from pathlib import Path
 
 import pytest
 
-from upstream_snapshots import upstream_checkout
+from upstream_snapshots import newer_checkout, upstream_checkout
 
 REPO = Path(__file__).resolve().parents[1]
 PAGES = [REPO / "README.md", REPO / "CONTRIBUTING.md", *sorted((REPO / "docs").glob("*.md"))]
-BLOCK = re.compile(r"<!-- ci: run(?: in=(?P<upstream>[\w-]+))? -->\n```bash\n(?P<body>.*?)```", re.S)
+BLOCK = re.compile(r"<!-- ci: run(?: in=(?P<upstream>[\w-]+(?:@\w+)?))? -->\n```bash\n(?P<body>.*?)```", re.S)
 #: upstream name -> (the variable that points at a checkout, a file every checkout of it has)
 UPSTREAMS = {"DanceGRPO": ("OTCA_UPSTREAM_DANCEGRPO", "fastvideo/train_grpo_flux.py"),
              "flow_grpo": ("OTCA_UPSTREAM_FLOW_GRPO", "scripts/train_sd3.py"),
@@ -48,7 +48,7 @@ def runnable(body: str, upstream: str | None, tmp: Path) -> str:
     checkout), ``/tmp/`` moved under ``tmp``. Any other placeholder cannot run as written: an error."""
     lines = []
     for line in body.splitlines():
-        if upstream and re.fullmatch(rf"cd /path/to/{re.escape(upstream)}\s*(#.*)?", line.strip()):
+        if upstream and re.fullmatch(rf"cd /path/to/{re.escape(upstream.split('@')[0])}\s*(#.*)?", line.strip()):
             continue
         if "/path/to/" in line:
             raise ValueError(f"a ci: run block cannot run a placeholder path as written: {line.strip()}")
@@ -64,11 +64,14 @@ BLOCKS = ci_blocks()
 def test_the_block_runs_as_written(where, upstream, body, tmp_path):
     cwd = tmp_path
     if upstream is not None:
-        assert upstream in UPSTREAMS, f"{where}: in={upstream} is none of {sorted(UPSTREAMS)}"
-        cwd = upstream_checkout(upstream, *UPSTREAMS[upstream])
+        name, _, commit = upstream.partition("@")
+        assert name in UPSTREAMS, f"{where}: in={upstream} is none of {sorted(UPSTREAMS)}"
+        variable, marker = UPSTREAMS[name]
+        cwd = newer_checkout(name, commit, marker) if commit else upstream_checkout(name, variable, marker)
     script = runnable(body, upstream, tmp_path)
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}", WANDB_MODE="disabled")
-    for name in ("OTCA_PATCH_ARGS", "OTCA_PATCHES_DIR"):
+    # the environment the docs name, as a user has it: nothing on PYTHONPATH, no overlay chosen by hand
+    for name in ("OTCA_PATCH_ARGS", "OTCA_PATCHES_DIR", "PYTHONPATH", "OTCA_QWEN_TRANSFORMERS"):
         env.pop(name, None)
     # a hang guard of many minutes, not a measure: the A/B smoke runs 12 training steps
     done = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=cwd, env=env, capture_output=True,
@@ -80,7 +83,8 @@ def test_the_readme_and_docs_mark_their_cpu_blocks():
     marked = {where.split(":")[0] for where, _, _ in BLOCKS}
     assert "README.md" in marked
     commands = " ".join(body for _, _, body in BLOCKS)
-    for command in ("otca-patch credit", "otca-patch ab", "otca-patch doctor ."):
+    for command in ("otca-patch credit", "otca-patch ab", "otca-patch doctor .",
+                    "torchrun --nproc_per_node 2 -m otca_patch.smoke . /tmp/smoke-qwenimage --target flowgrpo-qwenimage --otca"):
         assert command in commands, f"no ci: run block runs {command}"
 
 
@@ -90,6 +94,8 @@ def test_runnable_keeps_the_commands_and_moves_only_what_it_says():
     with pytest.raises(ValueError, match="placeholder path"):
         runnable("otca-patch doctor /path/to/flow_grpo\n", "DanceGRPO", Path("/work/t"))
     assert runnable("ls /var/tmp/a\n", None, Path("/work/t")) == "ls /var/tmp/a\n"
+    newer = "cd /path/to/flow_grpo\ntorchrun -m otca_patch.smoke . /tmp/q\n"
+    assert runnable(newer, "flow_grpo@9745241", Path("/work/t")) == "torchrun -m otca_patch.smoke . /work/t/q\n"
 
 
 def _links(page: Path) -> list[str]:

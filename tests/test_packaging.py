@@ -152,3 +152,11 @@ def test_installed_smoke_runs_the_upstream_step_with_otca_as_a_module(installed,
     assert result["otca"] is True and len(result["steps"]) == 1
     record = json.loads((out / "run_log.jsonl").read_text().splitlines()[0])
     assert record["objectives"] == ["upstream", "clip_t"] and len(record["delta_s"][0]) == 3
+
+
+def test_the_license_is_the_spdx_expression_setuptools_77_writes(installed):
+    """``license = "Apache-2.0"`` (not the deprecated table): the wheel's metadata carries it as an expression."""
+    _, wheel = installed
+    with zipfile.ZipFile(wheel) as archive:
+        metadata = archive.read(next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))).decode()
+    assert "License-Expression: Apache-2.0" in metadata.splitlines()

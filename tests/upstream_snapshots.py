@@ -7,6 +7,8 @@ Under CI (``CI=true``) a test that needs an upstream and finds none fails instea
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -71,3 +73,37 @@ def newer_checkout(name: str, commit: str, marker_file: str) -> Path:
     if snapshot is not None and (snapshot / marker_file).is_file():
         return snapshot.resolve()
     missing(f"no {name} checkout at {commit}: set {env_var} or put ../shared/upstream/{archive} beside the repository")
+
+
+# ---- plain git clones made of snapshots (the rebase tests)
+
+
+def git(cwd, *args):
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
+
+
+def commit_tree(repo, source, message, tag):
+    for entry in repo.iterdir():
+        if entry.name != ".git":
+            shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+    shutil.copytree(source, repo, dirs_exist_ok=True, symlinks=True)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", message)
+    git(repo, "tag", tag)
+
+
+def build_flowgrpo_clone(folder):
+    """What CI builds from the two snapshots: commit ac4c86e's tree, then 9745241's tree as the next
+    commit (tag 9745241), and the clone checked out at the former, as a user pinned to it has it."""
+    pinned, newer = unpack_snapshot("flow_grpo-ac4c86e.tar.gz"), unpack_snapshot("flow_grpo-9745241.tar.gz")
+    if pinned is None or newer is None:
+        missing("the FlowGRPO snapshots are not under shared/upstream")
+    os.environ.update({"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+                       "GIT_COMMITTER_EMAIL": "t@t", "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"})
+    repo = folder / "flow_grpo"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    commit_tree(repo, pinned, "ac4c86e", "ac4c86e")
+    commit_tree(repo, newer, "9745241", "9745241")
+    git(repo, "reset", "-q", "--hard", "ac4c86e")
+    return repo

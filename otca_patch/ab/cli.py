@@ -34,6 +34,7 @@ from pathlib import Path
 from ..analysis.compare import compare, headlines
 from ..analysis.logs import LogError
 from ..config import parse_otca_args
+from ..help_text import plain_text
 from .workdir import cwd_outputs, make_working_copy, output_dirs_of
 
 PROG = "otca-patch ab"
@@ -119,7 +120,7 @@ def side_runs(out: Path, seeds: list[int] | None) -> list[tuple[str, str, Path, 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
-        print(__doc__)
+        print(plain_text(__doc__))
         return 0 if argv else 2
     try:
         options = parse(argv)

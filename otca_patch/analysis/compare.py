@@ -1,4 +1,5 @@
-"""``otca-patch compare RUN [RUN ...]``: report.md and PNG plots from two or more run folders.
+"""``otca-patch compare RUN [RUN ...]``: report.md and PNG plots from two or more run folders (one run
+alone: its pictures, as wandb would show them, from its run log).
 
 Each RUN is a folder holding the layer's run_log.jsonl (or, for a run without the layer,
 upstream's reward.txt), or one of those files, or a folder of such folders (several seeds of one
@@ -18,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from ..files import atomic_write_text
+from ..help_text import PlainDescriptionFormatter
 from .cycle import cycle_window, detect_cycle
 from .difference import compare_sides
 from .logs import LogError, Run
@@ -78,8 +80,8 @@ def compare(paths: list[Path], out: Path, labels: list[str] | None = None, objec
     window, cycle = positive_int("window", window), positive_int("cycle", cycle)
     if not (isinstance(threshold, (int, float)) and threshold >= 0):
         raise LogError(f"--threshold must be a number >= 0 (in objective sigmas), got {threshold!r}")
-    if len(paths) < 2:
-        raise LogError("compare needs at least two runs")
+    if not paths:
+        raise LogError("compare needs a run (one draws its pictures; two or more are compared)")
     if labels is not None and len(labels) != len(paths):
         raise LogError(f"--labels gives {len(labels)} labels for {len(paths)} runs")
     labels = labels or unique_labels(paths)
@@ -165,7 +167,7 @@ def headlines(report: Path) -> list[str]:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="otca-patch compare", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+                                     formatter_class=PlainDescriptionFormatter)
     parser.add_argument("runs", nargs="+", type=Path, help="run folders (or run_log.jsonl / reward.txt files)")
     parser.add_argument("--out", type=Path, default=Path("compare"), help="report folder (default ./compare)")
     parser.add_argument("--labels", help="comma-separated names, one per run (default: folder names)")

@@ -65,15 +65,24 @@ def balanced_curves(scores: list[RunScores], window: int, path: Path) -> Path:
 
 
 def step_weight_heatmap(run: Run, path: Path) -> Path:
-    """Sampling step (rows) x training step (columns): the mean step weight OTCA gave."""
+    """Left: sampling step (rows) x training step (columns), the mean step weight OTCA gave. Right:
+    the profile over the sampling steps, one line per stretch of training (first, middle, last third),
+    so which step gets what reads off directly."""
     plt = _pyplot()
     weights = np.asarray(run.step_weights).T  # [S, T]
-    fig, ax = plt.subplots(figsize=(6.4, 3.6))
+    fig, (ax, profile) = plt.subplots(1, 2, figsize=(10.4, 3.6), gridspec_kw={"width_ratios": [1.6, 1]})
     image = ax.imshow(weights, aspect="auto", origin="lower", cmap="viridis", interpolation="nearest",
-                      extent=(run.steps[0] - 0.5, run.steps[-1] + 0.5, -0.5, weights.shape[0] - 0.5))
+                      extent=(run.steps[0] - 0.5, run.steps[-1] + 0.5, 0.5, weights.shape[0] + 0.5))
     fig.colorbar(image, ax=ax, label="mean step weight")
-    ax.set(xlabel="training step", ylabel="sampling step (0 = first denoising step)",
+    ax.set(xlabel="training step", ylabel="sampling step (1 = first denoising step, noise side)",
            title=f"{run.label}: step weights")
+    for index, columns in enumerate(np.array_split(np.arange(weights.shape[1]), min(3, weights.shape[1]))):
+        first, last = int(run.steps[columns[0]]), int(run.steps[columns[-1]])
+        profile.plot(np.arange(weights.shape[0]), weights[:, columns].mean(axis=1), marker="o", markersize=3,
+                     color=f"C{index}", label=f"training steps {first}-{last}" if last > first else f"training step {first}")
+    profile.axhline(1.0, color="grey", linestyle=":", linewidth=0.8)
+    profile.set(xlabel="sampling step", ylabel="mean step weight", title="profile per sampling step")
+    profile.legend(fontsize=8)
     return _save(fig, path)
 
 

@@ -10,6 +10,7 @@ import argparse
 
 import torch
 
+from ..help_text import PlainHelpFormatter
 from .config import FUSIONS, MODES, WEIGHT_SCOPES, CreditConfig
 from .engine import compute_credit
 from .groups import group_ids_from_size
@@ -39,7 +40,7 @@ def _row(values) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="otca-patch credit", description=__doc__)
+    parser = argparse.ArgumentParser(prog="otca-patch credit", description=__doc__, formatter_class=PlainHelpFormatter)
     parser.add_argument("--mode", choices=MODES, default="otca")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--weight_scope", choices=WEIGHT_SCOPES, default="sample")

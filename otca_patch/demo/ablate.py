@@ -15,6 +15,7 @@ from pathlib import Path
 
 from .cli import fail, parse
 from otca_patch.flags import add_flags, from_namespace
+from otca_patch.help_text import PlainHelpFormatter
 
 from .config import DemoConfig
 from .regimes import regime_names
@@ -30,7 +31,7 @@ DEFAULTS = {"out": "runs/ablate", "base_cache": "runs/demo", "resume": True,
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="otca-patch ablate", description=__doc__.split("\n\n")[0],
+        prog="otca-patch ablate", description=__doc__.split("\n\n")[0], formatter_class=PlainHelpFormatter,
         epilog="Writes ablation.md and ablation.json into --out (with --regime both: one folder per regime under "
                "--out, each with its own ablation.md and ablation.json, and both in --out/ablation.json and "
                "--out/ablation.md). The base model of each regime is shared by every run of that regime and "
@@ -89,7 +90,7 @@ def main(argv=None) -> int:
 
 #: Where OTCA's difference to the paper's baseline comes from: (from, to, what the step adds), each
 #: ``to - from`` paired by seed. The first three chain sum_raw -> multi_grpo -> moca -> otca; then the
-#: totals the issue asks for, the controls, and the gap-fill options (rows appear where both ran).
+#: totals, the controls, and the gap-fill options (rows appear where both ran).
 DECOMPOSITION = (
     ("sum_raw", "multi_grpo", "normalisation: each reward by its own group std instead of one raw sum"),
     ("multi_grpo", "moca", "MOCA: min-norm fusion and exploration bias instead of the sum of advantages"),
@@ -135,7 +136,7 @@ def _below_base(result: dict, mode: str) -> list:
     return [k for k in result["objectives"] if result["table"][mode][k]["high"] < 0]
 
 
-#: The baselines whose failure makes a regime one where objectives really fight (issue 30).
+#: The baselines whose failure makes a regime one where objectives really fight.
 FIGHT_BASELINES = ("sum_raw", "multi_grpo")
 
 

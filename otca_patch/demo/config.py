@@ -19,7 +19,7 @@ class DemoConfig:
     advantage clip 5, the same initial noise within a group), and the paper's appendix A.5 where
     it differs: PPO ratio clip 1e-4 and every step trained (no timestep fraction). The learning
     rate is scaled to a 70k-parameter model: the value at which single-objective GRPO improves its
-    objective steadily (``tests/test_demo_learning.py``); one optimizer step per iteration, as one
+    objective steadily (``tests/demo/test_demo_learning.py``); one optimizer step per iteration, as one
     DanceGRPO rank with gradient accumulation over its rollouts.
     """
 

@@ -78,7 +78,7 @@ def plot_step_weights(result: dict, path) -> None:
         fig.colorbar(image, ax=ax, label="mean step weight")
         ax.set_title(f"{mode}: TCD step weights" + ("" if applied else " (computed, not applied)"))
         ax.set_xlabel("GRPO iteration")
-        ax.set_ylabel("sampling step t (1 = noise side)")
+        ax.set_ylabel("sampling step (1 = first denoising step, noise side)")
     _save(fig, path)
 
 

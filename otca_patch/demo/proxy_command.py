@@ -27,6 +27,7 @@ from pathlib import Path
 
 import torch
 
+from ..help_text import PlainDescriptionFormatter
 from .proxy import PAPER_TABLE5, format_rows, proxy_rows, residual_pearson
 
 from .cli import fail, parse
@@ -46,7 +47,7 @@ DEFINITIONS = {"rewards": "prediction", "rewards_latent": "latent"}
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="otca-patch proxy", description=__doc__.split("\n\n")[0],
-        epilog=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__.split("\n\n", 1)[1], formatter_class=PlainDescriptionFormatter,
     )
     parser.add_argument("--trajectories", default="", help="a saved trajectory set (format below); "
                         "default: sample the demo's base model")

@@ -17,7 +17,7 @@ have a known joint optimum: the prompt's clean render scores exactly 1 on every 
   colour) and so leaves the prompt's palette and blurs the object/background distinction ``shape``
   reads, from the first step. A shortcut that raises one reward at the others' cost.
 
-  *Why chroma* (third version, 2026-12-02 00:08 UTC). The regime counts only if ``sum_raw`` or
+  *Why chroma*. The regime counts only if ``sum_raw`` or
   ``multi_grpo`` pushes an objective below the base model with its interval below 0.
   (1) Vividness as the mean distance from mid-grey failed that: at 40 iterations ``sum_raw`` closed
   palette's gap by -0.039 [-0.175, +0.098] and shape's by -0.018 [-0.105, +0.069] (seeds 0, 1, 2, 4).

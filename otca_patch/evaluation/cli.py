@@ -23,6 +23,7 @@ import re
 import sys
 from pathlib import Path
 
+from ..help_text import PlainDescriptionFormatter
 from ..flags import comma_list as _csv, name_options as _reward_options, name_values as _checkpoints
 from .cache import EntryCache, cache_key, folder_fingerprint
 from .checkpoints import Checkpoint, FileHashes, find_checkpoints, load_transformer
@@ -44,7 +45,7 @@ def read_prompts(path: Path) -> list[str]:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="otca-patch eval", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+                                     formatter_class=PlainDescriptionFormatter)
     parser.add_argument("--smoke", action="store_true", help="run end to end on the CPU with tiny models (no other "
                         "input needed)")
     parser.add_argument("--base", type=Path, help="base FLUX model folder (diffusers layout); required")

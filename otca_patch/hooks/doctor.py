@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from ..files import shown_path
+from ..help_text import PlainHelpFormatter
 from .checkout import check_upstream_dir
 from .coverage import coverage_lines
 from .explicit_targets import explicit_specs, not_overridden, resolve_in
@@ -102,7 +104,7 @@ def format_report(upstream_dir: Path, rows: list[dict]) -> str:
         mine = [r for r in rows if r["target"] == target and r["file"] == file]
         first = mine[0]
         lines.append(f"{first['target']}: {file}")
-        lines.append(f"  spec {first['spec'].path} (upstream {first['spec'].upstream})"
+        lines.append(f"  spec {shown_path(first['spec'].path)} (upstream {first['spec'].upstream})"
                      + (f"; picked: {first['chosen']}" if first["chosen"] and not first["chosen"].startswith("ERROR")
                         else ""))
         lines.append("  " + identity_line(first["spec"], first["sha256"], all(r["status"] == "ok" for r in mine),
@@ -116,7 +118,7 @@ def format_report(upstream_dir: Path, rows: list[dict]) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="otca-patch doctor", description=__doc__)
+    parser = argparse.ArgumentParser(prog="otca-patch doctor", description=__doc__, formatter_class=PlainHelpFormatter)
     parser.add_argument("upstream_dir", type=Path, help="an upstream checkout (e.g. upstream/DanceGRPO)")
     parser.add_argument("--patches", type=Path, default=None, help=f"spec folder (default {default_patches_dir()})")
     parser.add_argument("--otca_target", metavar="NAME=PATH", action="append", default=[],
@@ -131,17 +133,28 @@ def main(argv=None) -> int:
     except ValueError as exc:
         print(f"otca-patch doctor: error: {exc}", file=sys.stderr)
         return 2
+    # the details first, the verdicts last: the summary is the line a reader sees at the end
     print(format_report(args.upstream_dir, rows))
-    failed = sum(not r["status"].startswith("ok") for r in rows)
-    print(f"{len(rows) - failed} of {len(rows)} hook points hold" + ("" if not failed else
-          f"; {failed} need a new spec before --otca can run on this checkout"))
-    for line in verdicts(rows):
+    for line in coverage_lines(args.upstream_dir, specs, explicit):
         print(line)
     for error in dict.fromkeys(r["chosen"] for r in rows if r["chosen"].startswith("ERROR")):
         print(f"otca-patch doctor: {error}")
-    for line in coverage_lines(args.upstream_dir, specs, explicit):
+    print("per target:")
+    for line in verdicts(rows):
         print(line)
+    print(summary_line(rows))
     return 0 if all_hold else 1
+
+
+def summary_line(rows: list[dict]) -> str:
+    """doctor's last line: how many hook points and targets hold, and whether --otca can run here."""
+    failed = sum(not r["status"].startswith("ok") for r in rows)
+    targets = dict.fromkeys((r["target"], r["file"]) for r in rows)
+    broken = {(r["target"], r["file"]) for r in rows if not r["status"].startswith("ok")}
+    counts = f"{len(rows) - failed} of {len(rows)} hook points hold, {len(targets) - len(broken)} of {len(targets)} targets"
+    if not failed:
+        return f"doctor: passed: {counts}; --otca can run every target here"
+    return f"doctor: failed: {counts}; {failed} hook points need a new spec before --otca can run the targets above"
 
 
 def targets_in_checkout(given: list[str], specs: list[TargetSpec], checkout: Path) -> list[TargetSpec]:

@@ -17,6 +17,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..files import shown_path
 from .errors import PatchError
 from .rewrite import check, rewrite
 from .source import file_sha256, read_source
@@ -35,7 +36,7 @@ class SpecChoice:
     reason: str
 
     def describe(self) -> str:
-        return f"{self.spec.upstream} (target {self.spec.name}, {os.path.relpath(self.spec.path)}): {self.reason}"
+        return f"{self.spec.upstream} (target {self.spec.name}, {shown_path(self.spec.path)}): {self.reason}"
 
 
 def candidates(path: str | os.PathLike, specs: list[TargetSpec] | None = None) -> list[TargetSpec]:

@@ -7,6 +7,7 @@ import types
 
 from .. import rank_check
 from ..config import OtcaConfig
+from ..files import shown_path
 from ..hooks.doctor import identity_line
 from ..hooks.rewrite import RUNTIME_NAME, check, compile_target
 from ..hooks.source import file_sha256, read_source
@@ -54,7 +55,7 @@ def load_patched_module(path: str, spec: TargetSpec, config: OtcaConfig, module_
     path = os.path.abspath(path)
     code = checked_code(path, spec)
     if chosen:
-        print(f"otca-patch: {spec.file}: spec {os.path.relpath(spec.path)} (target {spec.name}, upstream "
+        print(f"otca-patch: {spec.file}: spec {shown_path(spec.path)} (target {spec.name}, upstream "
               f"{spec.upstream}): {chosen}", file=sys.stderr, flush=True)
     module = types.ModuleType(module_name)
     module.__file__ = path
@@ -90,7 +91,7 @@ def prepare_main(script: str, argv: list[str], spec: TargetSpec, config: OtcaCon
     sys.argv = [path if module is not None else script, *argv]
     if module is None:
         sys.path[0] = os.path.dirname(path)  # as for `python script`: the script's folder first
-    print(f"otca-patch: running {spec.file} rewritten by {os.path.relpath(spec.path)} (target {spec.name}, "
+    print(f"otca-patch: running {spec.file} rewritten by {shown_path(spec.path)} (target {spec.name}, "
           f"upstream {spec.upstream}{': ' + chosen if chosen else ''}; "
           f"{len(spec.hooks)} hooks, {len(spec.pins)} pins; {runtime.describe()})", file=sys.stderr, flush=True)
     return code, main.__dict__

@@ -15,6 +15,7 @@ import socket
 import sys
 
 from ..config import COMMAND_VARIABLE  # noqa: F401  (the launch and its readers import it from here too)
+from ..help_text import plain_text
 
 USAGE = "usage: otca-patch run SCRIPT [ARGS ...] [--otca ...]"
 #: set by ``otca-patch launch``: the file each started process of the launch appends a line to
@@ -58,7 +59,7 @@ def main(argv=None, command: str | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     command = command or os.environ.get(COMMAND_VARIABLE) or "otca-patch"
     if argv and argv[0] in ("-h", "--help"):
-        print(f"{USAGE}\n\n{__doc__.split(chr(10) * 2, 1)[1]}\nThe --otca flags are those of `otca-patch launch --help`.")
+        print(plain_text(f"{USAGE}\n\n{__doc__.split(chr(10) * 2, 1)[1]}\nThe --otca flags are those of `otca-patch launch --help`."))
         return 0
     module = None
     if argv[:1] == ["--module"] and len(argv) >= 3:  # the startup hook's form for `python -m MODULE ARGS`

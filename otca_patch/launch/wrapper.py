@@ -38,13 +38,17 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..config import ENV_ARGS, OtcaConfig, parse_otca_args
+from ..files import shown_path
+from ..help_text import plain_text
 from ..hooks.errors import PatchError
 from ..hooks.explicit_targets import explicit_specs, not_overridden
 from ..hooks.rewrite import compile_target
 from ..hooks.select import choose_spec
 from ..hooks.source import read_source
 from ..hooks.spec import TargetSpec, load_specs
+from ..runlog import LOG_NAME
 from . import reach, watch
+from .wandb_note import panels_note
 from .worker import COMMAND_VARIABLE, ERROR_EVENT, RECORD_VARIABLE
 
 PROG = "otca-patch launch"
@@ -357,8 +361,8 @@ def usage() -> str:
     parser = build_parser()
     parser.usage = argparse.SUPPRESS
     flags = parser.format_help().strip("\n").split("\n", 1)[1]  # without argparse's "options:" title
-    return (f"usage: {PROG} UPSTREAM_LAUNCH.sh [--otca ...] [ARGS]\n       {PROG} [--otca ...] -- COMMAND [ARGS]\n\n"
-            f"{__doc__.strip()}\n\nflags:\n{flags}")
+    return plain_text(f"usage: {PROG} UPSTREAM_LAUNCH.sh [--otca ...] [ARGS]\n       {PROG} [--otca ...] -- COMMAND [ARGS]\n\n"
+                      f"{__doc__.strip()}\n\nflags:\n{flags}")
 
 
 def remote_launcher(text: str) -> str:
@@ -475,6 +479,10 @@ def main(argv=None) -> int:
     print(f"{PROG}: layer installed ({shlex.join(config.to_argv())}); hook points hold in: "
           f"{', '.join(checked) or 'no file yet: the script builds its trainer path at run time, so each process is checked as it starts'}"
           f"{setup_note(text)}", file=sys.stderr)
+    note = panels_note(PROG, text, env, shown_path(launch_script) if launch_script else "the command",
+                       shown_path(workdir / config.otca_log_dir))
+    if note:
+        print(note, file=sys.stderr)
     sys.stdout.flush()
     tree = watch.TreeWatch(record, STARTUP_DIR, RECORD_VARIABLE) if watch.available() else None
     try:
@@ -484,6 +492,13 @@ def main(argv=None) -> int:
     finally:
         record.unlink(missing_ok=True)
         keys.unlink(missing_ok=True)
+    status = launch_status(code, tree, failure, targeted, ran)
+    print(closing_line(status, config, workdir), file=sys.stderr)
+    return status
+
+
+def launch_status(code: int, tree, failure, targeted: list[str], ran: list[str]) -> int:
+    """The launch's exit status, saying why when the layer failed it."""
     if tree is not None and tree.stopped:  # said why already
         return code
     if failure is not None and (code or not targeted):
@@ -493,6 +508,15 @@ def main(argv=None) -> int:
         error(no_target_message(ran))
         return code or 2
     return code
+
+
+def closing_line(status: int, config: OtcaConfig, workdir: Path) -> str:
+    """The launch's last line: finished or failed, and where the run log is."""
+    log = Path(config.otca_log_dir)
+    log = (log if log.is_absolute() else workdir / log) / LOG_NAME
+    where = f"run log {shown_path(log)}" if log.is_file() else f"no run log at {shown_path(log)}"
+    verdict = "finished" if status == 0 else f"failed (exit status {status}, the error above)"
+    return f"{PROG}: {verdict}; {where}"
 
 
 if __name__ == "__main__":

@@ -8,7 +8,8 @@ another smoke target (see --target's choices; dancegrpo-wan22 needs --otca or --
 Without --otca the upstream file runs unpatched; with --otca alone the objectives are upstream's
 reward and a tiny CLIP-T from the reward registry. Upstream's own outputs (images/, reward.txt),
 the run log and smoke.json ({"otca": bool, "steps": [{"loss": x, "grad_norm": y}, ...]}) land in
-OUT_DIR. Works under ``torchrun --nproc_per_node 2`` too (a gloo world on the CPU). With
+OUT_DIR; the last line says ``smoke: passed`` or ``smoke: failed`` and where they are. Works under
+``torchrun --nproc_per_node 2`` too (a gloo world on the CPU). With
 ``OTCA_SMOKE_DEVICE=cuda`` each rank runs on its GPU, ``cuda:{LOCAL_RANK}``, in an NCCL world
 (scripts/gpu_check.sh).
 """
@@ -20,14 +21,18 @@ import importlib.util
 import os
 import shlex
 import sys
+import traceback
 from dataclasses import replace
 from pathlib import Path
 
 from ..config import ENV_ARGS, config_from_environment, environment_flags_note
-from ..flags import add_flags, from_namespace
+from ..files import STARTED_IN, shown_path
+from ..flags import OneLineParser, add_flags, from_namespace
+from ..help_text import PlainDescriptionFormatter
 from ..hooks.checkout import check_upstream_dir
 from ..hooks.errors import PatchError
 from ..rewards.clip_libs import MissingPackage
+from ..runlog import LOG_NAME
 from ..hooks.spec import Smoke, load_specs
 
 
@@ -88,7 +93,7 @@ def detect_target(upstream_dir: Path, targets: dict) -> str:
 
 def build_parser(sizes_type) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="otca-patch smoke", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+                                     formatter_class=PlainDescriptionFormatter)
     parser.add_argument("upstream_dir", type=Path, help="upstream checkout, e.g. upstream/DanceGRPO")
     parser.add_argument("out_dir", type=Path, help="where upstream's outputs, the run log and smoke.json go")
     parser.add_argument("--target", choices=sorted(smoke_targets()), help="default: detected from the checkout")
@@ -100,6 +105,7 @@ def build_parser(sizes_type) -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    os.environ.setdefault(STARTED_IN, os.getcwd())  # paths are printed from here, not from the run folder
     note = environment_flags_note("otca-patch smoke")
     if note and os.environ.get("RANK", "0") == "0":
         print(note, file=sys.stderr, flush=True)
@@ -107,7 +113,7 @@ def main(argv=None) -> int:
         # as a launched process: $OTCA_PATCH_ARGS, then the flags given here
         config, rest = config_from_environment(argv)
         targets = smoke_targets()
-        peek = argparse.ArgumentParser(add_help=False)
+        peek = OneLineParser(add_help=False)  # a mistyped --target: one line with "did you mean"
         peek.add_argument("upstream_dir", type=Path, nargs="?")
         peek.add_argument("--target", choices=sorted(targets))
         known, _ = peek.parse_known_args(rest)
@@ -125,6 +131,7 @@ def main(argv=None) -> int:
     out_dir = args.out_dir.resolve()
     reward_root = out_dir / "tiny_rewards"
     try:
+        getattr(module, "before_imports", lambda: None)()  # e.g. which transformers (the tiny rewards import it)
         if config.active:
             given = shlex.split(os.environ.get(ENV_ARGS, "")) + argv
             config = with_smoke_defaults(config, given, reward_root, smoke.objectives)
@@ -132,8 +139,32 @@ def main(argv=None) -> int:
         module.run(args.upstream_dir.resolve(), out_dir, config, sizes, reward_root, probe=args.probe)
     except (PatchError, ValueError, MissingPackage) as exc:  # MissingPackage: a reward's library, one line
         print(f"otca-patch smoke: error: {exc}", file=sys.stderr)
-        return 2
-    return 0
+        return closing_line(name, config, out_dir, failed=2)
+    except SystemExit as exc:  # a smoke module's refusal (a missing package): its message, then the verdict
+        if exc.code in (0, None):
+            return closing_line(name, config, out_dir)
+        print(exc.code if isinstance(exc.code, str) else f"exit status {exc.code}", file=sys.stderr)
+        return closing_line(name, config, out_dir, failed=exc.code if isinstance(exc.code, int) else 1)
+    except Exception:
+        traceback.print_exc()
+        return closing_line(name, config, out_dir, failed=1)
+    return closing_line(name, config, out_dir)
+
+
+def closing_line(name: str, config, out_dir: Path, failed: int = 0) -> int:
+    """The run's last line, ``smoke: passed`` or ``smoke: failed``, with where its outputs and run log
+    are (rank 0; a failing rank says so too). Returns the exit status."""
+    rank = os.environ.get("RANK", "0")
+    if rank != "0" and not failed:
+        return 0
+    sys.stdout.flush()
+    mode = "--otca_observe" if config.otca_observe else f"--otca (mode {config.otca_mode})" if config.otca else "vanilla"
+    log_dir = Path(config.otca_log_dir)
+    log = (log_dir if log_dir.is_absolute() else out_dir / log_dir) / LOG_NAME
+    where = f"outputs in {shown_path(out_dir)}" + (f", run log {shown_path(log)}" if config.active and log.is_file() else "")
+    verdict = f"failed{'' if rank == '0' else f' on rank {rank}'} (the error above)" if failed else "passed"
+    print(f"smoke: {verdict}: {name}, {mode}; {where}", file=sys.stderr if failed else sys.stdout, flush=True)
+    return failed
 
 
 def with_explicit_targets(config, upstream_dir: Path):

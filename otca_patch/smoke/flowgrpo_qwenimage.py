@@ -11,12 +11,12 @@ is gloo, and that device id is the CPU. Everything else in those functions runs 
 from __future__ import annotations
 
 import functools
-import importlib.util
 import sys
 from dataclasses import dataclass
 
 import torch
 
+from . import qwen_transformers
 from .environment import smoke_device
 from .flowgrpo import FlowSizes, FlowTrainer, FsdpProbe
 from .tiny_qwenimage import build_tiny_qwenimage
@@ -40,9 +40,6 @@ def cpu_fsdp(module) -> None:
     """Upstream's process group and FSDP wrapping on the CPU (see the module docstring)."""
     if smoke_device().type != "cpu":
         return
-    if importlib.util.find_spec("transformers.models.qwen2_5_vl") is None:
-        raise SystemExit("smoke: FlowGRPO's Qwen-Image trainer needs transformers with Qwen2.5-VL (4.49 or "
-                         "later); this environment has an older one")
     import torch.distributed as dist
     from torch.distributed.fsdp import FullyShardedDataParallel
 
@@ -78,3 +75,4 @@ TRAINER = FlowTrainer("scripts/train_qwenimage.py", "train_qwenimage", build_tin
                       needs_torchrun=True, launch="under torchrun, as upstream launches it: torchrun --nproc_per_node 2 "
                                                   "-m otca_patch.smoke ... (it starts its own process group and FSDP)")
 run = TRAINER.run
+before_imports = qwen_transformers.use  # Qwen2.5-VL: a newer transformers than the environment's, when it has one

@@ -32,3 +32,4 @@ TRAINER = replace(qwen.TRAINER, upstream_file="scripts/train_qwenimage_edit.py",
                   build_model=build_tiny_qwenimage_edit, model_env="OTCA_TINY_QWENIMAGE_EDIT_DIR",
                   write_dataset=write_edit_dataset)
 run = TRAINER.run
+before_imports = qwen.before_imports

@@ -4,8 +4,9 @@ which row, so that it sits beside upstream's own log of the same step.
 Logged (rank 0, every training step, observe mode too, so a vanilla run shows them):
 ``otca/reward/<objective>`` (mean over all ranks' samples), ``otca/advantage/<objective>`` and
 ``otca/advantage_std/<objective>`` (the per-objective group advantage), ``otca/mixture/<objective>``,
-``otca/step_weight_profile`` (a histogram whose bin i is the mean weight of denoising step i) with
-``otca/step_weight_max``, ``otca/conflict_share`` and the other scalars of the credit summary.
+``otca/step_weight/step_<i>`` (denoising step i's mean weight: one line per step over training, so
+which step gets what stays readable, where a histogram would hide it) with ``otca/step_weight_max``,
+``otca/conflict_share`` and the other scalars of the credit summary.
 
 Where upstream logs a step:
 * ``"explicit"``: the target knows the step of upstream's row and it is still open: ``wandb.log(..., step=s)``.
@@ -26,16 +27,16 @@ import sys
 def wandb_scalars(summary: dict, names) -> dict:
     """``{otca/...: value}`` of one step's credit summary (``Credit.summary`` plus the runtime's
     ``reward_mean_per_objective`` and ``objective_advantage_mean``)."""
-    wandb = sys.modules.get("wandb")
     scalars = {f"otca/{k}": v for k, v in summary.items() if isinstance(v, float)}
     per_objective = {"reward": "reward_mean_per_objective", "advantage": "objective_advantage_mean",
                      "advantage_std": "objective_advantage_std", "mixture": "mixture_mean_per_objective"}
     for prefix, key in per_objective.items():
         for name, value in zip(names, summary.get(key) or ()):
             scalars[f"otca/{prefix}/{name}"] = float(value) if value is not None else math.nan
-    profile = summary.get("step_weight_mean_per_step")
-    if profile and wandb is not None and hasattr(wandb, "Histogram"):
-        scalars["otca/step_weight_profile"] = wandb.Histogram(np_histogram=(list(profile), list(range(len(profile) + 1))))
+    profile = summary.get("step_weight_mean_per_step") or ()
+    width = len(str(len(profile) - 1))  # step_00 .. step_27: wandb sorts the panels in step order
+    for step, weight in enumerate(profile):
+        scalars[f"otca/step_weight/step_{step:0{width}d}"] = float(weight)
     return scalars
 
 

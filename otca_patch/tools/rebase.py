@@ -1,4 +1,5 @@
 """``otca-patch rebase REF [LOCAL_CLONE]``: try upstream's commit REF against the layer.
+``otca-patch rebase --from DIR``: the same checks on an unpacked release (a tree without git).
 
 In a plain upstream clone (a DanceGRPO or FlowGRPO checkout, where a user who pip-installed
 otca-patch works): checks REF out, checks every target's hook points on it (``otca-patch doctor``),
@@ -12,6 +13,9 @@ submodule's pinned commit (``git add`` of the gitlink; committing stays with you
 is left alone and the submodule goes back to the commit it was on (--stay keeps the new one checked
 out, to write the new specs against it). The submodule is upstream/DanceGRPO, or the one whose name
 or URL matches LOCAL_CLONE, or --submodule.
+
+An unpacked release (no .git) has no commits to move between: --from DIR checks that tree as it is
+(hook points, and the smoke of every target whose file changed) and reports the same way.
 
 The smoke of a target is ``python -m otca_patch.smoke UPSTREAM OUT --target NAME --steps 1 --otca``;
 --smoke CMD (or $OTCA_REBASE_SMOKE) replaces it, run by bash once per target with $UPSTREAM_DIR,
@@ -27,6 +31,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from ..files import shown_path
+from ..help_text import PlainDescriptionFormatter
 from ..hooks.coverage import uncovered_summary
 from ..hooks.spec import load_specs
 from .target_check import check_targets, format_checks, smoke_changed, upstream_specs, wrapped
@@ -177,8 +183,7 @@ def rebase_clone(repository: Path, ref: str, smoke: str | None, stay: bool) -> i
     try:
         fits, report = check_at(repository, ref, specs, smoke)
         print(report)
-        print(f"rebase: {ref} " + ("fits: every target it has holds" if fits else
-                                   "does not fit: the targets above that fail need new specs (or a fix)"))
+        print(verdict_line(ref, fits))
         return 0 if fits else 1
     finally:
         if not stay:
@@ -186,18 +191,50 @@ def rebase_clone(repository: Path, ref: str, smoke: str | None, stay: bool) -> i
             print(f"rebase: checked out {branch or before[:12]} again (--stay keeps {target[:12]})")
 
 
+def verdict_line(ref: str, fits: bool) -> str:
+    return f"rebase: {ref} " + ("fits: every target it has holds" if fits else
+                                "does not fit: the targets above that fail need new specs (or a fix)")
+
+
+def rebase_tree(tree: Path, smoke: str | None) -> int:
+    """``--from DIR``: an unpacked release checked as it is; nothing is checked out or changed."""
+    if not tree.is_dir():
+        raise RebaseError(f"--from {tree}: no such folder")
+    name = tree.resolve().name
+    print(f"rebase: {shown_path(tree)}: the tree as it is (--from: nothing is checked out)")
+    fits, report = check_at(tree, name, upstream_specs(tree, load_specs()), smoke)
+    print(report)
+    print(verdict_line(name, fits))
+    return 0 if fits else 1
+
+
+def not_a_repository(start: Path) -> str:
+    """What to do where there is no git repository (an unpacked release)."""
+    shown = shown_path(start)
+    return (f"{shown} is not in a git repository (an unpacked release?), so there is no REF to check out: "
+            f"`otca-patch rebase --from {shown}` checks this tree as it is; REF needs a git clone of upstream")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="otca-patch rebase", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("ref", help="upstream commit, branch or tag")
+                                     formatter_class=PlainDescriptionFormatter)
+    parser.add_argument("ref", nargs="?", help="upstream commit, branch or tag")
     parser.add_argument("clone", nargs="?", type=Path, help="local clone of the upstream repository to fetch REF from")
     parser.add_argument("--submodule", help=f"submodule path (default: matched to LOCAL_CLONE, else {DEFAULT_SUBMODULE})")
     parser.add_argument("--smoke", default=os.environ.get(SMOKE_ENV), help="smoke command, or 'skip'")
     parser.add_argument("--stay", action="store_true", help="keep the new commit checked out when it is not pinned")
     parser.add_argument("--superproject", type=Path, help="default: the git repository of the current directory")
+    parser.add_argument("--from", dest="tree", type=Path, metavar="DIR",
+                        help="check an unpacked release (no git) as it is, instead of a commit REF")
     args = parser.parse_args(argv)
+    if (args.ref is None) == (args.tree is None):
+        parser.error("give REF (a commit of this clone) or --from DIR (an unpacked release), one of them")
     try:
+        if args.tree is not None:
+            return rebase_tree(args.tree, args.smoke)
         start = args.superproject or Path.cwd()
+        if git("rev-parse", "--is-inside-work-tree", cwd=start, check=False) != "true":
+            raise RebaseError(not_a_repository(start))
         superproject = Path(git("rev-parse", "--show-toplevel", cwd=start))
         if args.clone is not None and not args.clone.is_dir():
             raise RebaseError(f"local clone {args.clone} does not exist")

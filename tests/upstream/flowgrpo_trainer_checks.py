@@ -1,5 +1,5 @@
 """The checks every FlowGRPO trainer of 9745241 (FLUX, FLUX-Fast, Qwen-Image, ...) passes on its real
-``main()`` (issue 28). A trainer's test file subclasses ``FlowTrainerChecks`` and sets what differs.
+``main()``. A trainer's test file subclasses ``FlowTrainerChecks`` and sets what differs.
 
 Expected values never come from the layer's log: the rollouts (every state the sampler passed
 through, the images, the prompts and upstream's own reward dict) are recorded by the test probe

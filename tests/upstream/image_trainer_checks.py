@@ -1,4 +1,4 @@
-"""The checks every DanceGRPO image trainer's target must pass on the real upstream step (issue 14).
+"""The checks every DanceGRPO image trainer's target must pass on the real upstream step.
 
 A trainer's test file subclasses ``ImageTrainerChecks`` (``class TestX(ImageTrainerChecks)``) and
 sets the class attributes that describe its smoke target; the test methods here then run against

@@ -1,4 +1,4 @@
-"""A copied DanceGRPO FLUX trainer (issue 19): ``cp fastvideo/train_grpo_flux.py
+"""A copied DanceGRPO FLUX trainer: ``cp fastvideo/train_grpo_flux.py
 fastvideo/train_grpo_flux_mine.py`` and a launch script that runs the copy. Under ``otca-patch launch
 --otca`` it stops before any of its code runs and names the FLUX spec; with ``--otca_target
 dancegrpo-flux=fastvideo/train_grpo_flux_mine.py`` it runs patched: the launch's worker rewrites it,

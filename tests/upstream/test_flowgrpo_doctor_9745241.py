@@ -12,7 +12,7 @@ from .conftest import REPO
 
 pytestmark = pytest.mark.upstream
 
-#: every GRPO trainer of 9745241 and the target whose spec covers it (issue 28)
+#: every GRPO trainer of 9745241 and the target whose spec covers it
 GRPO_TRAINERS = {
     "scripts/train_sd3.py": "flowgrpo-sd3",
     "scripts/train_sd3_fast.py": "flowgrpo-sd3-fast",

@@ -1,4 +1,4 @@
-"""Issue 19, item 5: FlowGRPO's trained-step invariant. A copy of ``scripts/train_sd3.py`` that trains
+"""FlowGRPO's trained-step invariant. A copy of ``scripts/train_sd3.py`` that trains
 its steps in another order than the advantage's columns (its step-keyed tensors reversed or shuffled
 before training, the advantages left alone) keeps every anchor and pin, so doctor passes; under
 ``--otca`` it stops at the first training step with a ``PatchError``, before any loss."""

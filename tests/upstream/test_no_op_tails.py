@@ -1,4 +1,4 @@
-"""Issue 19: patched upstreams are not refused for nothing. A copy of every trainer with
+"""Patched upstreams are not refused for nothing. A copy of every trainer with
 ``.clone()`` / ``.detach()`` / ``.contiguous()`` appended to every anchored tensor passes ``doctor``
 (whose identity line names what needed it), and its ``--otca`` smoke trains exactly what the run on
 the file the spec is verified on trains, with the credit engine's advantages. Each spec is tailed in

@@ -138,7 +138,7 @@ def test_rebase_of_the_flux_spec_alone_moves_the_pin_after_a_real_smoke_run(hist
 def test_flowgrpo_rebase_onto_9745241_runs_the_real_smoke_of_the_changed_target(tmp_path_factory):
     """ac4c86e -> 9745241 in a plain clone with the default smoke (the real train_sd3.py main(), --otca):
     the run a user gets (its printed report is docs/flowgrpo-commits.md's example)."""
-    from test_rebase_plain_clone import build_flowgrpo_clone
+    from upstream_snapshots import build_flowgrpo_clone
 
     clone = build_flowgrpo_clone(tmp_path_factory.mktemp("flowgrpo_rebase"))
     env = dict(os.environ, PYTHONPATH=str(REPO), WANDB_MODE="disabled")
