@@ -4,13 +4,14 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
-from dataclasses import MISSING, asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from typing import Optional, Sequence
 
 from . import flags
-from .credit import MODES, CreditConfig
+from .credit import CreditConfig
 from .flags import flag
 from .suggest import did_you_mean
+from .target_options import TargetOptions, given_target_flags
 
 #: The environment variable through which `scripts/otca_run.sh` hands the flags to every process
 #: that a launcher (torchrun, accelerate) starts: upstream shell scripts pass fixed arguments.
@@ -23,13 +24,20 @@ WEIGHTS_RULE = ("give one weight per objective column once names expand "
                 "(Hunyuan's upstream: upstream.vq,upstream.mq,upstream.ta)")
 
 
+def _credit_flag(field) -> bool:
+    """Whether a ``CreditConfig`` field is an ``--otca_`` flag (not a library-only option)."""
+    return not field.metadata.get("library_only")
+
+
 @dataclass
+@flags.include(TargetOptions, after="otca_reward_device")
+@flags.include(CreditConfig, prefix="otca_", after="otca_reward_opt", keep=_credit_flag)
 class OtcaConfig:
-    """Every ``--otca*`` flag. Credit options mirror ``CreditConfig`` (same defaults: the spec's)."""
+    """Every ``--otca*`` flag. The credit options (``otca_mode``, ``otca_w_min``, ...) are
+    ``CreditConfig``'s fields, prefixed: their type, default, help and choices are read from there."""
 
     otca: bool = flag("replace upstream's advantage by OTCA's per-step, objective-aware one", False)
     otca_observe: bool = flag("score and log every objective and the credit, but train exactly as vanilla", False)
-    otca_mode: str = flag(f"credit mode: {', '.join(MODES)}", "otca", choices=MODES)
     otca_rewards: tuple[str, ...] = flag("objectives in order, comma-separated: 'upstream' (the reward upstream "
                                          "computes) and reward-registry names", ("upstream",))
     otca_reward_ckpt: dict = flag("NAME=PATH checkpoint of a registry reward (repeatable or comma-separated)",
@@ -37,29 +45,6 @@ class OtcaConfig:
     otca_reward_opt: dict = flag("NAME.KEY=VALUE option of a registry reward, e.g. clip_t.model_name=ViT-B-32 "
                                  "(repeatable or comma-separated)", default_factory=dict,
                                  parse=flags.name_options, format=flags.format_name_options)
-    otca_objective_weights: Optional[tuple[float, ...]] = flag("s_k per objective column, comma-separated, in the "
-                                                               "order of the expanded names (upstream.vq, "
-                                                               "videoalign.mq, ...; default: all 1)", None)
-    otca_w_min: float = flag("smallest TCD step weight, in [0, 1]", 0.5)
-    otca_eps: float = flag("TCD / exploration smoothing", 1e-6)
-    otca_adv_eps: float = flag("added to the group std (DanceGRPO's 1e-8)", 1e-8)
-    otca_std_correction: int = flag("Bessel correction of every std", 1)
-    otca_explore: float = flag("MOCA exploration bias beta (>= 0)", 1.0)
-    otca_std_scope: str = flag("std that normalises rewards: 'group' (the spec) or 'batch' (FlowGRPO's "
-                                "global_std)", "group", choices=("group", "batch"))
-    otca_weight_scope: str = flag("TCD step weights from each sample's step shares ('sample', the spec) or the "
-                                   "batch's mean shares ('batch': a timestep-schedule control)", "sample",
-                                   choices=("sample", "batch"))
-    otca_explore_center: bool = flag("MOCA exploration strength from |q - mean_g(q)| instead of |q|", False)
-    otca_fusion: str = flag("MOCA fusion: per sample ('sample', the spec) or one exact minimum-norm mixture per "
-                             "group ('group', the MGDA reading)", "sample", choices=("sample", "group"))
-    otca_explore_scale: str = flag("MOCA exploration bias: beta*tanh(e) ('absolute', the spec) or that times the "
-                                    "sample's largest objective advantage ('max_advantage', docs/credit.md 3.8)",
-                                    "absolute", choices=("absolute", "max_advantage"))
-    otca_final_state: str = flag("DanceGRPO samplers: TCD's final state z_T is the last latent ('latent', the spec) "
-                                  "or the last step's predicted clean sample that upstream decodes and scores "
-                                  "('prediction')", "latent", choices=("latent", "prediction"),
-                                 target_only=True)
     otca_target: dict = flag("NAME=PATH: apply spec NAME to the file at PATH, e.g. a copy of an upstream trainer "
                              "(repeatable; NAME as `otca-patch doctor` lists it)", default_factory=dict,
                              parse=flags.spec_targets, format=flags.format_spec_targets)
@@ -67,17 +52,6 @@ class OtcaConfig:
     otca_reward_device: str = flag("device of the registry reward models: the trainer's by default "
                                    "(this rank's GPU, cuda:{LOCAL_RANK}); 'cuda:local' says so explicitly, "
                                    "'cpu' or 'cuda:N' pins one device for every rank", "")
-    otca_video_frames: int = flag("video targets: frames per video (evenly spaced) that image objectives of the "
-                                   "registry score; a video's score is their mean", 4, target_only=True)
-    otca_sync_grads: bool = flag("DanceGRPO Wan trainer (Wan2.1, Wan2.2): average gradients over ranks before clipping (upstream "
-                                  "wraps the model in neither FSDP nor DDP, DanceGRPO issue #110); needs --otca or "
-                                  "--otca_observe", False, target_only=True)
-    otca_wan22: bool = flag("DanceGRPO Wan trainer: a Wan2.2-A14B checkpoint (two experts, transformer and "
-                            "transformer_2, switched at boundary_ratio); detected from model_index.json too", False,
-                            target_only=True)
-    otca_wan22_train: str = flag("Wan2.2: which experts train ('both', 'transformer' = high-noise, "
-                                 "'transformer_2' = low-noise); the other still serves its steps", "both",
-                                 choices=("both", "transformer", "transformer_2"), target_only=True)
     otca_rank_check_timeout: Optional[float] = flag("seconds, from the first rank's registration, that the patched "
                                                     "ranks wait for every rank of the process group to register the "
                                                     "same layer, upstream file, flags and reward checkpoints before "
@@ -119,12 +93,7 @@ class OtcaConfig:
 
     def credit_config(self) -> CreditConfig:
         try:
-            return CreditConfig(mode=self.otca_mode, w_min=self.otca_w_min, eps=self.otca_eps,
-                                adv_eps=self.otca_adv_eps, std_correction=self.otca_std_correction,
-                                explore=self.otca_explore, objective_weights=self.otca_objective_weights,
-                                std_scope=self.otca_std_scope, weight_scope=self.otca_weight_scope,
-                                explore_center=self.otca_explore_center, fusion=self.otca_fusion,
-                                explore_scale=self.otca_explore_scale)
+            return CreditConfig(**flags.included(self, CreditConfig, prefix="otca_", keep=_credit_flag))
         except ValueError as exc:
             raise ValueError(f"--otca_{exc}") from None
 
@@ -138,26 +107,6 @@ class OtcaConfig:
     def to_argv(self) -> list[str]:
         """Flags that ``parse_otca_args`` turns back into this config (only non-defaults)."""
         return flags.to_argv(self)
-
-
-def target_only_flags() -> tuple:
-    """The flags that mean something for some targets only (``flag(..., target_only=True)``): a
-    target takes one exactly when its spec lists it in ``[target] flags``; its runtime checks the value."""
-    return tuple(f.name for f in fields(OtcaConfig) if f.metadata.get("target_only"))
-
-
-def given_target_flags(config: OtcaConfig) -> list:
-    """The target-only flags ``config`` sets to something other than their default."""
-    return [f.name for f in fields(OtcaConfig) if f.metadata.get("target_only")
-            and getattr(config, f.name) != (f.default if f.default is not MISSING else f.default_factory())]
-
-
-def refuse_foreign_flags(config: OtcaConfig, target: str, accepted) -> None:
-    """A target-only flag given to a target whose spec does not list it is an error naming both."""
-    foreign = [name for name in given_target_flags(config) if name not in accepted]
-    if foreign:
-        takes = f" (flags of this target: {', '.join('--' + f for f in sorted(accepted))})" if accepted else ""
-        raise ValueError(f"{', '.join('--' + name for name in foreign)}: not a flag of target {target}{takes}")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -30,6 +30,34 @@ def flag(help: str, default: Any = MISSING, *, default_factory: Any = MISSING, p
     return dataclasses.field(default=default, metadata=metadata)
 
 
+def include(source, *, prefix: str = "", after: str, keep: Callable = lambda f: True) -> Callable:
+    """Class decorator, below ``@dataclass``: the fields of dataclass ``source`` that ``keep`` accepts
+    become fields ``prefix + name`` of the decorated class, right after its field ``after``, with their
+    type, default and metadata (help, choices): one source for a flag that several classes share."""
+    def decorate(cls):
+        own = dict(cls.__dict__.get("__annotations__", {}))
+        if after not in own:
+            raise TypeError(f"{cls.__name__}: no field {after!r} to place {source.__name__}'s fields after")
+        hints, added = typing.get_type_hints(source), {}
+        for f in fields(source):
+            if not f.init or not keep(f):
+                continue
+            added[prefix + f.name] = hints[f.name]
+            setattr(cls, prefix + f.name, dataclasses.field(default=f.default, default_factory=f.default_factory,
+                                                            metadata=f.metadata))
+        names = list(own)
+        position = names.index(after) + 1
+        cls.__annotations__ = {**{n: own[n] for n in names[:position]}, **added,
+                               **{n: own[n] for n in names[position:]}}
+        return cls
+    return decorate
+
+
+def included(instance, source, *, prefix: str = "", keep: Callable = lambda f: True) -> dict:
+    """The values of ``instance``'s fields that ``include`` took from ``source``, by ``source``'s names."""
+    return {f.name: getattr(instance, prefix + f.name) for f in fields(source) if f.init and keep(f)}
+
+
 # ---------------------------------------------------------------------- value parsers
 
 def comma_list(text: str) -> tuple:

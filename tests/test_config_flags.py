@@ -107,3 +107,18 @@ def test_a_stale_environment_flag_is_the_first_line_of_otca_patch_run(tmp_path):
     assert done.stderr.splitlines()[0].startswith("otca-patch run: flags from $OTCA_PATCH_ARGS, not from the "
                                                   "command line: --otca_mode sum"), done.stderr
     assert done.stdout == "ran\n"  # without --otca the script runs untouched, as said
+
+
+def test_the_credit_flags_are_the_credit_configs_fields():
+    """Every CreditConfig option a trainer can feed is an --otca_ flag with the engine's default and help."""
+    from dataclasses import fields
+
+    flags_by_name = {f.name: f for f in fields(OtcaConfig)}
+    for option in fields(CreditConfig):
+        name = "otca_" + option.name
+        if option.metadata.get("library_only"):
+            assert name not in flags_by_name
+            continue
+        assert flags_by_name[name].default == option.default and flags_by_name[name].metadata["help"]
+        assert flags_by_name[name].metadata["help"] == option.metadata["help"]
+    assert {"otca_reward_scale", "otca_coca_alpha", "otca_coca_window"}.isdisjoint(flags_by_name)

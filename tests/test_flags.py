@@ -77,3 +77,30 @@ def test_an_annotation_without_a_parser_is_an_error_naming_the_flag():
 def test_option_values_stay_text_for_the_reward_adapters_to_convert():
     assert flags.name_options("clip_t.model_name=007,clip_t.quick_gelu=false,aesthetic.size=3") == {
         "clip_t": {"model_name": "007", "quick_gelu": "false"}, "aesthetic": {"size": "3"}}
+
+
+@dataclass
+class Options:
+    lr: float = flag("learning rate", 1e-3)
+    mode: str = flag("a mode", "a", choices=("a", "b"))
+    internal: int = flag("not a flag", 3, library_only=True)
+
+
+@dataclass
+@flags.include(Options, prefix="x_", after="first", keep=lambda f: not f.metadata.get("library_only"))
+class Including:
+    first: bool = flag("a switch", False)
+    last: str = flag("a name", "z")
+
+
+def test_included_fields_are_flags_with_their_sources_type_default_help_and_choices():
+    from dataclasses import fields
+
+    assert [f.name for f in fields(Including)] == ["first", "x_lr", "x_mode", "last"]
+    parser = flags.add_flags(flags.OneLineParser(), Including)
+    got = flags.from_namespace(Including, parser.parse_args(["--x_lr", "0.5", "--x_mode", "b"]))
+    assert got.x_lr == 0.5 and got.x_mode == "b" and Including().x_lr == 1e-3
+    assert "learning rate" in parser.format_help()
+    with pytest.raises(ValueError, match="invalid value 'c'"):
+        parser.parse_args(["--x_mode", "c"])
+    assert flags.included(got, Options, prefix="x_", keep=lambda f: f.name != "internal") == {"lr": 0.5, "mode": "b"}

@@ -18,7 +18,7 @@ LAYERS = (
     ("__init__", "suggest", "files", "devices", "help_text"),  # leaf utilities (the package's __init__: its version)
     ("flags",),  # the dataclass-to-flags generator
     ("credit",),  # the credit math: pure tensor functions
-    ("config",),  # OtcaConfig, the flags
+    ("config", "target_options"),  # OtcaConfig, the flags; the flags only some targets take
     ("rewards",),  # reward models, registry
     ("objective_set", "runlog"),  # a run's objectives; the run log
     ("hooks",),  # the hook engine: specs, anchors, rewrite, doctor

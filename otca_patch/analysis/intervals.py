@@ -1,14 +1,14 @@
-"""Seed statistics: means with Student-t 95% intervals (the exact t quantile of ``student_t``, for
-every df), paired differences between two variants run with the same seeds, and a Pareto verdict
-over the objectives (the rule that reads an interval is ``verdict``). Used by ``otca-patch compare``
-(``difference``), the demo and the ablation."""
+"""Seed statistics: means with Student-t 95% intervals (``scipy.stats``' t quantile, exact for every
+df: no 1.96 beyond df = 30), paired differences between two variants run with the same seeds, and a
+Pareto verdict over the objectives (the rule that reads an interval is ``verdict``). Used by
+``otca-patch compare`` (``difference``), the demo and the ablation."""
 from __future__ import annotations
 
 import math
 
 import numpy as np
+from scipy import stats
 
-from .student_t import t_quantile_975
 from .verdict import BETTER, NEGLIGIBLE, NONE, WORSE, classify, direction, threshold_text
 
 
@@ -18,7 +18,8 @@ def mean_interval(values, threshold: float | None = None) -> dict:
     ``"threshold"`` and ``"verdict"``."""
     array = np.asarray(values, dtype=float)
     n, mean = len(array), float(array.mean())
-    half = t_quantile_975(n - 1) * float(array.std(ddof=1)) / math.sqrt(n) if n > 1 else math.nan
+    # t times the standard error (not stats.t.interval: a zero spread gives a zero-width interval, not NaN)
+    half = float(stats.t.ppf(0.975, n - 1) * stats.sem(array)) if n > 1 else math.nan
     interval = {"mean": mean, "low": mean - half, "high": mean + half, "n": n, "values": array.tolist()}
     if threshold is not None:
         interval.update(threshold=float(threshold), verdict=classify(interval["low"], interval["high"], threshold))

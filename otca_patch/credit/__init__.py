@@ -3,14 +3,15 @@
 ``CreditConfig`` and ``MODES`` import without torch (flag parsing in every launched process stays
 cheap); the tensor functions load on first use.
 """
-from .config import MODES, PEER_MODES, STEP_WEIGHTED_MODES, CreditConfig
+from . import modes
+from .config import MODES, PEER_MODES, CreditConfig
 
 _LAZY = {
     "Credit": "engine", "compute_credit": "engine", "credit_from_progress": "engine",
     "group_ids_from_size": "groups", "similarity_to_final": "tcd", "step_progress": "tcd",
 }
 
-__all__ = ["MODES", "PEER_MODES", "STEP_WEIGHTED_MODES", "CreditConfig", *_LAZY]
+__all__ = ["MODES", "PEER_MODES", "CreditConfig", "modes", *_LAZY]
 
 
 def __getattr__(name):

@@ -2,11 +2,14 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
-from typing import Optional, Sequence
+from dataclasses import asdict, dataclass
+from typing import Optional
 
-#: Credit modes: the paper's Table 4 ablations plus the peers' baselines (spec section 5).
-MODES = ("otca", "moca", "tcd", "multi_grpo", "gdpo", "sum")
+from ..flags import flag
+from . import modes
+
+#: The modes ``--otca_mode`` offers (``modes.py``: the paper's Table 4 ablations plus the peers' baselines).
+MODES = modes.names(launchable=True)
 #: Where the std that normalises rewards is taken: each group's (the spec) or the whole batch's.
 STD_SCOPES = ("group", "batch")
 #: Whose step shares set TCD's step weights: each sample's own (the spec) or the batch's mean (spec 1.6).
@@ -20,15 +23,12 @@ EXPLORE_SCALES = ("absolute", "max_advantage")
 #: (the spec), or to unit std over a running window of recent rewards (App. A.5's rescaling).
 REWARD_SCALES = ("group", "window")
 #: Comparison methods (docs/credit.md section 8; not OTCA): library options only, not ``--otca_mode``
-#: values, because their inputs (predicted clean samples, the sampler's noise per step) are not
-#: captured by any trainer's hooks yet.
-PEER_MODES = ("coca", "tempflow")
+#: values, because no trainer's hooks capture their inputs yet.
+PEER_MODES = modes.names(launchable=False)
 #: The largest objective weight: the weights scale the advantages, which trainers keep in float32
 #: (max 3.4e38). A normalised advantage stays below sqrt(B) per objective, so even T = 1e3 steps,
 #: K = 1e2 objectives and B = 1e6 samples leave weights up to 1e20 far from overflow.
 MAX_OBJECTIVE_WEIGHT = 1e20
-#: Modes that multiply the combined advantage by TCD's step weights.
-STEP_WEIGHTED_MODES = frozenset({"otca", "tcd"})
 
 
 @dataclass(frozen=True)
@@ -38,53 +38,45 @@ class CreditConfig:
     Frozen: it is validated once, when built, so it cannot be changed into an invalid state later
     (``dataclasses.replace`` builds a new, validated one).
 
-    Attributes:
-        mode: one of ``MODES``; ``otca`` (TCD x MOCA) by default.
-        w_min: the smallest step weight, in [0, 1]; 1 gives uniform weights.
-        eps: smoothing of step shares and of the exploration strength's std.
-        adv_eps: added to the group std when normalising rewards (DanceGRPO's 1e-8).
-        std_correction: Bessel correction of every std (1 = unbiased, as ``torch.std``).
-        explore: MOCA's exploration bias beta (>= 0); 0 is the pure minimum-norm fusion.
-        objective_weights: s_k per objective (length K, each in [0, ``MAX_OBJECTIVE_WEIGHT``], not all 0);
-            ``None`` means all ones.
-        std_scope: ``group`` (the spec: each group's std) or ``batch`` (one std over the whole
-            batch, with the group's mean: FlowGRPO's ``global_std=True``). An option, not a default.
-        weight_scope: ``sample`` (the spec) or ``batch``: every sample's step weights come from the
-            batch's mean step share (spec 1.6; TCD reduced to a timestep schedule, a control).
-        explore_center: ``False`` (the spec) or ``True``: the exploration strength measures ``q``'s
-            deviation from its group mean (spec 3.6).
-        fusion: ``sample`` (the spec) or ``group``: one minimum-norm mixture per group over the
-            group's advantage vectors, solved exactly (spec 3.7, the MGDA reading).
-        explore_scale: ``absolute`` (the spec: ``lambda = beta tanh(e)``) or ``max_advantage``:
-            ``lambda = beta tanh(e) max_k A[i, k]`` (spec 3.8, an option testing the bias's gap-fill).
-        reward_scale: ``group`` (the spec: each objective divided by its group's std) or ``window``:
-            each raw reward divided by its std over a running window of recent rewards (the
-            ``reward_window`` argument of ``compute_credit``), then only the group's mean subtracted
-            (spec 2.1, App. A.5's "rescale individual reward components").
-        coca_alpha, coca_window: CoCA's ``temporal_alpha`` (0) and window of steps (1; it must
-            divide T) for the comparison mode ``coca`` (spec 8.1).
+    Each field's help (``flag(help, default, ...)``) documents it, and is the help of its
+    ``--otca_<field>`` flag: ``OtcaConfig`` takes these fields from here (``flags.include``), all but
+    those marked ``library_only`` (their inputs come from no trainer's hooks).
     """
 
-    mode: str = "otca"
-    w_min: float = 0.5
-    eps: float = 1e-6
-    adv_eps: float = 1e-8
-    std_correction: int = 1
-    explore: float = 1.0
-    objective_weights: Optional[Sequence[float]] = field(default=None)
-    std_scope: str = "group"
-    weight_scope: str = "sample"
-    explore_center: bool = False
-    fusion: str = "sample"
-    explore_scale: str = "absolute"
-    reward_scale: str = "group"
-    coca_alpha: float = 0.0
-    coca_window: int = 1
+    mode: str = flag(f"credit mode: {', '.join(MODES)}", "otca", choices=MODES)
+    w_min: float = flag("smallest TCD step weight, in [0, 1]; 1 gives uniform weights", 0.5)
+    eps: float = flag("TCD / exploration smoothing: of the step shares and of the exploration strength's std", 1e-6)
+    adv_eps: float = flag("added to the group std when normalising rewards (DanceGRPO's 1e-8)", 1e-8)
+    std_correction: int = flag("Bessel correction of every std (1 = unbiased, as torch.std)", 1)
+    explore: float = flag("MOCA exploration bias beta (>= 0); 0 is the pure minimum-norm fusion", 1.0)
+    objective_weights: Optional[tuple[float, ...]] = flag(
+        "s_k per objective column, comma-separated, in the order of the expanded names (upstream.vq, "
+        f"videoalign.mq, ...; each in [0, {MAX_OBJECTIVE_WEIGHT:g}], not all 0; default: all 1)", None)
+    std_scope: str = flag("std that normalises rewards: 'group' (the spec) or 'batch' (one std over the whole "
+                          "batch, with the group's mean: FlowGRPO's global_std)", "group", choices=STD_SCOPES)
+    weight_scope: str = flag("TCD step weights from each sample's step shares ('sample', the spec) or the batch's "
+                             "mean shares ('batch': a timestep-schedule control, spec 1.6)", "sample",
+                             choices=WEIGHT_SCOPES)
+    explore_center: bool = flag("MOCA exploration strength from |q - mean_g(q)| instead of |q| (spec 3.6)", False)
+    fusion: str = flag("MOCA fusion: per sample ('sample', the spec) or one exact minimum-norm mixture per group "
+                       "('group', the MGDA reading, spec 3.7)", "sample", choices=FUSIONS)
+    explore_scale: str = flag("MOCA exploration bias: beta*tanh(e) ('absolute', the spec) or that times the sample's "
+                              "largest objective advantage ('max_advantage', docs/credit.md 3.8)", "absolute",
+                              choices=EXPLORE_SCALES)
+    reward_scale: str = flag("each objective divided by its group's std ('group', the spec) or each raw reward by "
+                             "its std over a running window of recent rewards, compute_credit's reward_window, then "
+                             "only the group's mean subtracted ('window', spec 2.1, App. A.5)", "group",
+                             choices=REWARD_SCALES, library_only=True)
+    coca_alpha: float = flag("CoCA's temporal_alpha, in [0, 1], for the comparison mode coca (spec 8.1)", 0.0,
+                             library_only=True)
+    coca_window: int = flag("CoCA's window of steps (it must divide T) for the comparison mode coca (spec 8.1)", 1,
+                            library_only=True)
 
     def __post_init__(self) -> None:
-        if self.mode not in MODES + PEER_MODES:
-            raise ValueError(f"mode: unknown credit mode {self.mode!r}; valid modes are {', '.join(MODES)} "
-                             f"(and the comparison methods {', '.join(PEER_MODES)})")
+        if self.mode not in modes.names():
+            raise ValueError(f"mode: unknown credit mode {self.mode!r}; valid modes are "
+                             f"{', '.join(modes.names(launchable=True))} (and the comparison methods "
+                             f"{', '.join(modes.names(launchable=False))})")
         _check_finite("coca_alpha", self.coca_alpha)
         if not 0.0 <= self.coca_alpha <= 1.0:
             raise ValueError(f"coca_alpha: must lie in [0, 1], got {self.coca_alpha}")
@@ -138,7 +130,7 @@ class CreditConfig:
     @property
     def step_weighted(self) -> bool:
         """Whether the mode spreads the combined advantage over steps by TCD's weights."""
-        return self.mode in STEP_WEIGHTED_MODES
+        return modes.get(self.mode).step_weighted
 
     def to_dict(self) -> dict:
         """Plain-JSON form (for run logs); ``CreditConfig(**d)`` rebuilds it."""

@@ -7,9 +7,10 @@ from typing import Optional
 
 import torch
 
-from . import moca, peers, tcd
+from . import inputs, moca, modes, tcd
 from .config import CreditConfig
-from .groups import check_std_sizes, dense_groups, group_normalize
+from .groups import check_std_sizes, dense_groups
+from .inputs import check_finite
 
 #: Small per-sample quantities are computed in float64 (cheap at [B, T]) and returned in float32,
 #: the dtype trainers keep their advantages in.
@@ -70,10 +71,10 @@ def compute_credit(rewards, latents: torch.Tensor, group_ids, config: Optional[C
         config: the credit rules; ``CreditConfig()`` (mode ``otca``) by default.
         final: ``[B, ...]`` explicit final state ``z_T`` replacing ``latents[:, -1]`` (spec 1.7,
             ``final_state="prediction"``: the last step's predicted clean sample).
-        clean: ``[B, T+1, ...]`` for mode ``coca`` only (spec 8.1): the predicted clean sample at
-            each state ``z_0 .. z_{T-1}``, then the final sample.
-        step_noise: ``[T]`` or ``[B, T]`` for mode ``tempflow`` only (spec 8.2): the std of each
-            SDE transition.
+        clean: ``[B, T+1, ...]``, only for the modes that declare it (``modes.py``: ``coca``, spec
+            8.1): the predicted clean sample at each state ``z_0 .. z_{T-1}``, then the final sample.
+        step_noise: ``[T]`` or ``[B, T]``, only for the modes that declare it (``tempflow``, spec
+            8.2): the std of each SDE transition.
         reward_window: ``[N, K]`` raw rewards of recent earlier batches, for ``reward_scale="window"``
             only (spec 2.1): each objective's scale is its std over these and ``rewards`` together
             (``None``: over ``rewards`` alone).
@@ -108,12 +109,13 @@ def compute_credit(rewards, latents: torch.Tensor, group_ids, config: Optional[C
     similarity = tcd.similarity_to_final(latents, chunk_bytes=chunk_bytes, final=final)
     if not torch.isfinite(similarity).all():
         if final is not None:
-            _check_finite_tensor("final", final)
+            check_finite("final", final)
         _raise_non_finite_latents(latents if final is None else latents[:, :-1])
     delta_s = tcd.step_progress(similarity.to(_WORK))
-    peer_input = _peer_input(config, latents.shape[0], latents.shape[1] - 1, clean, step_noise, chunk_bytes)
+    mode_inputs = _mode_inputs(modes.get(config.mode), {"clean": clean, "step_noise": step_noise}, latents.shape[0],
+                               latents.shape[1] - 1, chunk_bytes)
     window = _check_reward_window(config, reward_window, rewards)
-    return _credit(rewards, delta_s, group_ids, config, similarity, peer_input, window)
+    return _credit(rewards, delta_s, group_ids, config, similarity, mode_inputs, window)
 
 
 def credit_from_progress(rewards, delta_s: torch.Tensor, group_ids, config: Optional[CreditConfig] = None,
@@ -130,14 +132,16 @@ def credit_from_progress(rewards, delta_s: torch.Tensor, group_ids, config: Opti
         raise ValueError(f"delta_s: expected a [B, T] tensor, got {getattr(delta_s, 'shape', type(delta_s).__name__)}")
     if delta_s.shape[0] != rewards.shape[0] or delta_s.shape[1] < 1:
         raise ValueError(f"delta_s: shape {tuple(delta_s.shape)} does not fit rewards' B = {rewards.shape[0]} with T >= 1")
-    _check_finite_tensor("delta_s", delta_s)
+    check_finite("delta_s", delta_s)
     group_ids = _check_group_ids(group_ids, rewards.shape[0])
     _check_objective_weights(config, rewards.shape[1])
-    if config.mode == "coca":
-        raise ValueError("mode: coca needs the predicted clean samples; use compute_credit(..., clean=...)")
-    peer_input = _peer_input(config, delta_s.shape[0], delta_s.shape[1], None, step_noise, 0)
+    mode = modes.get(config.mode)
+    for name in mode.needs:
+        if not modes.INPUTS[name].from_progress:
+            raise ValueError(f"mode: {mode.name} needs {modes.INPUTS[name].what}; use compute_credit(..., {name}=...)")
+    mode_inputs = _mode_inputs(mode, {"step_noise": step_noise}, delta_s.shape[0], delta_s.shape[1], 0)
     window = _check_reward_window(config, reward_window, rewards)
-    return _credit(rewards, delta_s.to(_WORK), group_ids, config, None, peer_input, window)
+    return _credit(rewards, delta_s.to(_WORK), group_ids, config, None, mode_inputs, window)
 
 
 def _check_reward_window(config: CreditConfig, reward_window, rewards: torch.Tensor):
@@ -153,45 +157,27 @@ def _check_reward_window(config: CreditConfig, reward_window, rewards: torch.Ten
             reward_window.shape[1] != rewards.shape[1]:
         raise ValueError(f"reward_window: expected a [N, K] tensor with K = {rewards.shape[1]} (raw rewards of "
                          f"earlier batches), got {getattr(reward_window, 'shape', type(reward_window).__name__)}")
-    _check_finite_tensor("reward_window", reward_window)
+    check_finite("reward_window", reward_window)
     return torch.cat([reward_window.to(device=rewards.device, dtype=_WORK), rewards.to(_WORK)])
 
 
-def _peer_input(config: CreditConfig, batch: int, n_steps: int, clean, step_noise, chunk_bytes):
-    """The comparison modes' extra input, checked: CoCA's contributions ``[B, T]`` or TempFlow's
-    step noise ``[B, T]`` (float64); ``None`` for every other mode (which refuses both arguments)."""
-    if config.mode != "coca" and clean is not None:
-        raise ValueError(f"clean: only mode coca uses predicted clean samples (mode is {config.mode!r})")
-    if config.mode != "tempflow" and step_noise is not None:
-        raise ValueError(f"step_noise: only mode tempflow uses the sampler's step noise (mode is {config.mode!r})")
-    if config.mode == "coca":
-        if not isinstance(clean, torch.Tensor) or not clean.is_floating_point() or clean.dim() < 3 or \
-                tuple(clean.shape[:2]) != (batch, n_steps + 1):
-            raise ValueError(f"clean: mode coca needs a float tensor [B, T+1, ...] = [{batch}, {n_steps + 1}, ...] "
-                             f"(predicted clean sample at every state, the final sample last), got "
-                             f"{getattr(clean, 'shape', type(clean).__name__)}")
-        if n_steps % config.coca_window:
-            raise ValueError(f"coca_window: {config.coca_window} does not divide the {n_steps} steps")
-        _check_finite_tensor("clean", clean)
-        similarity = tcd.similarity_to_final(clean, chunk_bytes=chunk_bytes).to(_WORK)
-        return peers.coca_step_contributions(similarity, config.coca_window, config.eps)
-    if config.mode == "tempflow":
-        if not isinstance(step_noise, torch.Tensor) or not step_noise.is_floating_point() or \
-                tuple(step_noise.shape) not in ((n_steps,), (batch, n_steps)):
-            raise ValueError(f"step_noise: mode tempflow needs a float tensor [T] or [B, T] with T = {n_steps}, got "
-                             f"{getattr(step_noise, 'shape', type(step_noise).__name__)}")
-        _check_finite_tensor("step_noise", step_noise)
-        if not bool((step_noise > 0).all()):
-            raise ValueError("step_noise: every step's noise std must be > 0")
-        return peers.tempflow_weights(step_noise.to(_WORK), batch)
-    return None
+def _mode_inputs(mode: modes.Mode, given: dict, batch: int, n_steps: int, chunk_bytes: int) -> dict:
+    """The inputs ``mode`` declares, checked (``inputs.py``); an input given to a mode that does not
+    declare it is refused (it would be silently unused)."""
+    for name, value in given.items():
+        if value is not None and name not in mode.needs:
+            raise ValueError(f"{name}: only mode {', '.join(modes.users(name))} uses {modes.INPUTS[name].what} "
+                             f"(mode is {mode.name!r})")
+    return {name: inputs.prepare(name, given.get(name), mode.name, batch, n_steps, chunk_bytes)
+            for name in mode.needs}
 
 
-def _credit(rewards, delta_s, group_ids, config: CreditConfig, similarity, peer_input=None, window=None) -> Credit:
+def _credit(rewards, delta_s, group_ids, config: CreditConfig, similarity, mode_inputs: dict, window=None) -> Credit:
+    mode = modes.get(config.mode)
     device = delta_s.device
     rewards = rewards.to(device=device, dtype=_WORK)
     group_ids = group_ids.to(device)
-    check_std_sizes(group_ids, config.std_correction, batch_std=config.std_scope == "batch" or config.mode == "gdpo")
+    check_std_sizes(group_ids, config.std_correction, batch_std=config.std_scope == "batch" or mode.whole_batch_std)
     index, n_groups = dense_groups(group_ids)
     n_objectives = rewards.shape[1]
     weights = torch.tensor(config.objective_weights or (1.0,) * n_objectives, dtype=_WORK, device=device)
@@ -211,39 +197,20 @@ def _credit(rewards, delta_s, group_ids, config: CreditConfig, similarity, peer_
         fused, mixture = moca.group_fusion(advantages_k, lambdas, index, n_groups)
     else:
         fused, mixture = moca.min_norm_fusion(advantages_k, lambdas)
-    summed = rewards if window_std is None else moca.rescale_rewards(rewards, window_std)
-    combined = _combine(config, summed, weights, advantages_k, fused, index, n_groups)
-    per_step = weights_per_step if config.step_weighted else torch.ones_like(weights_per_step)
-    advantages = per_step * combined.unsqueeze(-1)
-    if config.mode == "tempflow":  # spec 8.2: the step weights are the noise schedule's
-        weights_per_step = peer_input.to(device)
-        advantages = weights_per_step * combined.unsqueeze(-1)
-    elif config.mode == "coca":  # spec 8.1: shaped by contributions, then re-standardised per group
-        advantages, weights_per_step = peers.coca_advantages(combined, peer_input.to(device), config.coca_alpha,
-                                                             index, n_groups)
+    assigned = mode.assign(modes.Shared(
+        config=config, rewards=rewards if window_std is None else moca.rescale_rewards(rewards, window_std),
+        objective_weights=weights, objective_advantages=advantages_k, fused=fused, step_weights=weights_per_step,
+        per_step=weights_per_step if mode.step_weighted else torch.ones_like(weights_per_step), index=index,
+        n_groups=n_groups, inputs=mode_inputs))
 
     out = lambda t: t.to(_OUT)  # noqa: E731
-    _check_finite_advantages(out(advantages), config)
+    _check_finite_advantages(out(assigned.advantages), config)
     return Credit(
         similarity=None if similarity is None else out(similarity),
-        delta_s=out(delta_s), step_share=out(share), step_weights=out(weights_per_step),
+        delta_s=out(delta_s), step_share=out(share), step_weights=out(assigned.step_weights),
         objective_advantages=out(advantages_k), trajectory_score=out(score), lambdas=out(lambdas),
-        mixture=out(mixture), combined=out(combined), advantages=out(advantages), mode=config.mode,
+        mixture=out(mixture), combined=out(assigned.combined), advantages=out(assigned.advantages), mode=config.mode,
     )
-
-
-def _combine(config, rewards, weights, advantages_k, fused, index, n_groups) -> torch.Tensor:
-    """The per-sample combined advantage of each mode (spec section 5). ``[B]``. ``rewards`` are the
-    ones ``sum`` adds up (rescaled by the window under ``reward_scale="window"``)."""
-    corr, adv_eps = config.std_correction, config.adv_eps
-    if config.mode == "sum":
-        return group_normalize(rewards @ weights, index, n_groups, corr, adv_eps, config.std_scope)
-    if config.mode in ("multi_grpo", "tcd", "coca", "tempflow"):
-        return advantages_k.sum(dim=-1)
-    if config.mode == "gdpo":
-        whole_batch = torch.zeros_like(index)
-        return group_normalize(advantages_k.sum(dim=-1), whole_batch, 1, corr, adv_eps)
-    return fused  # moca, otca
 
 
 # ----------------------------------------------------------------------------- input checks
@@ -262,7 +229,7 @@ def _check_rewards(rewards) -> torch.Tensor:
         raise ValueError("rewards: no objectives (K = 0); give at least one reward column")
     if not (rewards.is_floating_point() or rewards.dtype in (torch.int32, torch.int64)):
         raise ValueError(f"rewards: expected a numeric tensor, got dtype {rewards.dtype}")
-    _check_finite_tensor("rewards", rewards)
+    check_finite("rewards", rewards)
     return rewards
 
 
@@ -286,13 +253,6 @@ def _check_objective_weights(config: CreditConfig, n_objectives: int) -> None:
         )
 
 
-def _check_finite_tensor(name: str, values: torch.Tensor) -> None:
-    finite = torch.isfinite(values) if values.is_floating_point() else torch.ones_like(values, dtype=torch.bool)
-    if not finite.all():
-        first = tuple(int(i) for i in (~finite).nonzero()[0])
-        raise ValueError(f"{name}: non-finite value {values[first].item()} at index {list(first)}")
-
-
 def _check_finite_advantages(advantages: torch.Tensor, config: CreditConfig) -> None:
     """A non-finite advantage is an error, never a training signal (upstream's clipping would turn
     +-inf into its bound and train on). One reduction; the position is looked up on the error path only."""
@@ -309,5 +269,5 @@ def _check_finite_advantages(advantages: torch.Tensor, config: CreditConfig) -> 
 def _raise_non_finite_latents(latents: torch.Tensor) -> None:
     """Only reached on the error path, so finite inputs pay no extra pass over the latents."""
     if not torch.isfinite(latents).all():
-        _check_finite_tensor("latents", latents)
+        check_finite("latents", latents)
     raise ValueError("latents: magnitudes overflow float32 when computing cosine similarity; rescale the trajectory")

@@ -11,6 +11,7 @@ import argparse
 import torch
 
 from ..help_text import PlainHelpFormatter
+from . import modes
 from .config import FUSIONS, MODES, WEIGHT_SCOPES, CreditConfig
 from .engine import compute_credit
 from .groups import group_ids_from_size
@@ -59,7 +60,7 @@ def main(argv=None) -> int:
     summary = credit.summary()
     print(f"\nobjectives in conflict on {summary['conflict_share']:.0%} of samples; "
           f"exploration bias on {summary['explored_share']:.0%}")
-    if args.mode in ("moca", "otca"):
+    if modes.get(args.mode).fuses:
         print("a combined 0.000: the objectives' advantages disagree in sign on that sample and cancel "
               "(MOCA's minimum-norm rule); their mean is not positive, so no exploration bias keeps a step")
     shown = int(credit.combined.abs().argmax())  # a sample that trains: its advantage is not all zero

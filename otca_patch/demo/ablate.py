@@ -208,7 +208,7 @@ def render_table(result: dict) -> str:
     for mode in _order(result["modes"]):
         variant, row = VARIANTS[mode], result["table"][mode]
         tcd = ("✓ (batch)" if variant.options.get("weight_scope") == "batch" else "✓") if variant.step_weighted else "✗"
-        moca = "✓" if variant.mode in ("moca", "otca") else "✗"
+        moca = "✓" if variant.mode_fuses else "✗"
         lines.append(f"| {variant.description} | `{mode}` | {tcd} | {moca} | " + " | ".join(_cells(row, objectives)) + " |")
     return "\n".join(lines)
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from otca_patch.credit import MODES, PEER_MODES, STEP_WEIGHTED_MODES, CreditConfig
+from otca_patch.credit import MODES, CreditConfig, modes
 
 
 @dataclass(frozen=True)
@@ -47,12 +47,18 @@ class Variant:
 
     @property
     def step_weighted(self) -> bool:
-        return self.mode in STEP_WEIGHTED_MODES
+        """Whether its mode spreads the combined advantage over steps by TCD's weights."""
+        return modes.get(self.mode).step_weighted
+
+    @property
+    def mode_fuses(self) -> bool:
+        """Whether its credit mode mixes the objectives by MOCA's mixture."""
+        return modes.get(self.mode).fuses
 
     @property
     def fuses(self) -> bool:
         """Whether the variant mixes the objectives by a learned mixture (MOCA's, or MARBLE's weights)."""
-        return self.mode in ("moca", "otca") or bool(self.gradient_combination)
+        return self.mode_fuses or bool(self.gradient_combination)
 
     def credit_config(self) -> CreditConfig:
         missing = sorted(set(self.options) - {f.name for f in dataclasses.fields(CreditConfig)})
@@ -62,17 +68,8 @@ class Variant:
         return CreditConfig(mode=self.mode, **self.options)
 
 
-_MODE_DESCRIPTIONS = {
-    "sum": "Vanilla DanceGRPO (summed reward)",
-    "multi_grpo": "Multi-GRPO (per-reward normalisation)",
-    "gdpo": "GDPO (batch-normalised sum)",
-    "tcd": "+ TCD only",
-    "moca": "+ MOCA only",
-    "otca": "OTCA (TCD + MOCA)",
-}
-PEERS = (
-    Variant("coca", "coca", description="CoCA (x0-hat contribution credit; comparison)"),
-    Variant("tempflow", "tempflow", description="TempFlow-GRPO (noise-aware step weights; comparison)"),
+#: Every library-only comparison mode of the engine, then MARBLE (a demo variant only).
+PEERS = tuple(Variant(m, m, description=modes.get(m).title) for m in modes.names(launchable=False)) + (
     Variant("marble", "multi_grpo", gradient_combination="marble",
             description="MARBLE (min-norm of per-objective gradients; comparison)"),
 )
@@ -94,9 +91,8 @@ CONTROLS = (
     Variant("moca_centred", "moca", {"explore_center": True}, description="MOCA, explore_center"),
     Variant("moca_group", "moca", {"fusion": "group"}, description="MOCA, fusion=group (MGDA per group)"),
 )
-VARIANTS = ({m: Variant(m, m, description=_MODE_DESCRIPTIONS[m]) for m in MODES}
+VARIANTS = ({m: Variant(m, m, description=modes.get(m).title) for m in MODES}
             | {v.name: v for v in BASELINE_AND_OPTIONS} | {v.name: v for v in CONTROLS} | {v.name: v for v in PEERS})
-assert {v.mode for v in PEERS} <= set(MODES) | set(PEER_MODES)
 #: The ablation's rows: the paper's Table 4 order, then the controls, then the peers.
 ABLATION_ORDER = (("sum_raw", "sum", "multi_grpo", "gdpo", "tcd", "moca", "otca")
                   + tuple(v.name for v in BASELINE_AND_OPTIONS[1:]) + tuple(v.name for v in CONTROLS)
@@ -136,7 +132,8 @@ def variant_credit(variant: Variant, rewards: torch.Tensor, latents: torch.Tenso
     ``reward_scale="window"``) go to the variants that use them."""
     from otca_patch.credit import compute_credit
 
-    extra = {"coca": {"clean": clean}, "tempflow": {"step_noise": step_noise}}.get(variant.mode, {})
+    given = {"clean": clean, "step_noise": step_noise}
+    extra = {name: given[name] for name in modes.get(variant.mode).needs}
     if variant.options.get("reward_scale") == "window":
         extra["reward_window"] = reward_window
     credit = compute_credit(rewards, latents, group_ids, variant.credit_config(), **extra)

@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..config import target_only_flags
+from ..target_options import target_only_flags
 
 try:
     import tomllib
@@ -266,13 +266,13 @@ def _strings(path: Path, key: str, value) -> tuple:
 
 
 def _flags(path: Path, value) -> tuple:
-    """The target-only flags a spec declares: each a field of ``OtcaConfig`` marked target-only."""
+    """The target-only flags a spec declares: each a field of ``target_options.TargetOptions``."""
     names = _strings(path, "flags", value)
     known = target_only_flags()
     unknown = [name for name in names if name not in known]
     if unknown:
-        raise ValueError(f"hook spec {path}: [target] flags {', '.join(unknown)} are not target-only flags of "
-                         f"OtcaConfig ({', '.join(known)})")
+        raise ValueError(f"hook spec {path}: [target] flags {', '.join(unknown)} are not target-only flags "
+                         f"({', '.join(known)})")
     return names
 
 

@@ -26,23 +26,27 @@ class StopAtEpoch(int):
 
     def __rmod__(self, epoch):
         if epoch >= self.stop:
-            print(f"smoke: {self.stop} epochs done; ending the run", flush=True)
+            print(f"config: {self.stop} epochs done (eval_freq); ending the run", flush=True)
             raise SystemExit(0)
         return epoch % _NEVER_AGAIN
 
 
-def upstream_base_config(upstream_dir: str):
-    spec = importlib.util.spec_from_file_location("flowgrpo_base_config", os.path.join(upstream_dir, "config", "base.py"))
+def upstream_base_config(upstream_dir: str, named: tuple[str, str] | None = None):
+    """Upstream's ``config/base.py``, or with ``named`` = (file, name) one of its named configs
+    (``config/grpo.py:general_ocr_sd3_1gpu``, as upstream's launch scripts pass ``--config``)."""
+    file, name = named or ("config/base.py", None)
+    spec = importlib.util.spec_from_file_location("flowgrpo_base_config", os.path.join(upstream_dir, file))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.get_config()
+    return module.get_config() if name is None else module.get_config(name)
 
 
 def get_config(settings_path: str):
-    """``settings_path``: JSON with ``upstream_dir``, ``epochs`` and dotted ``overrides``."""
+    """``settings_path``: JSON with ``upstream_dir``, ``epochs``, dotted ``overrides`` and optionally
+    ``named``: [file, name] of the upstream config they apply to (default ``config/base.py``)."""
     with open(settings_path) as handle:
         settings = json.load(handle)
-    config = upstream_base_config(settings["upstream_dir"])
+    config = upstream_base_config(settings["upstream_dir"], settings.get("named"))
     for dotted, value in settings["overrides"].items():
         *parents, leaf = dotted.split(".")
         node = config

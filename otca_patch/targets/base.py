@@ -15,7 +15,8 @@ from typing import Optional
 import torch
 
 from .. import rank_check
-from ..config import OtcaConfig, given_target_flags
+from ..config import OtcaConfig
+from ..target_options import given_target_flags
 from ..credit import credit_from_progress
 from ..devices import follows_trainer, reward_device
 from ..distributed import gather_rows, local_rows, world
@@ -36,7 +37,8 @@ class Runtime:
     spec_chosen = ""
     #: public methods no hook point calls: the runtime calls them itself, or tests and tools do
     INTERNAL = frozenset({"describe", "reset", "bind_objectives", "credit", "choose", "credit_record",
-                          "write_record", "number_groups", "observing", "place_objectives", "spec_record"})
+                          "write_record", "number_groups", "observing", "place_objectives", "spec_record",
+                          "objective_matrix", "assign_credit"})
 
     def __init__(self, config: OtcaConfig, spec):
         self.config = config
@@ -81,6 +83,13 @@ class Runtime:
                   f"rank's trainer works", file=sys.stderr)
             reward_set.to(device)
 
+    def objective_matrix(self, upstream, samples: list, device) -> torch.Tensor:
+        """``[B, K]`` rewards of this rank's rollouts on ``device`` (the trainer's: registry models are
+        placed there first): upstream's ``upstream`` and the registry's scores of the decoded ``samples``
+        (with ``self.prompts``; none kept: upstream's objectives only)."""
+        self.place_objectives(device)
+        return self.objectives.matrix(upstream, samples or None, self.prompts, self.config.otca_video_frames).to(device)
+
     def describe(self) -> str:
         kind = "observe (trains vanilla)" if self.observing else f"mode {self.credit_config.mode}"
         names = self.objectives.names if self.objectives is not None else self.config.otca_rewards
@@ -113,6 +122,29 @@ class Runtime:
         summary["reward_mean_per_objective"] = gathered.double().nanmean(dim=0).tolist()  # over every rank's samples
         summary["objective_advantage_mean"] = result.objective_advantages.mean(dim=0).tolist()
         return local, summary
+
+    def assign_credit(self, rewards: torch.Tensor, delta_s: torch.Tensor, labels: torch.Tensor, steps: torch.Tensor,
+                      upstream_trained: torch.Tensor, upstream_advantages: torch.Tensor, rows=None, **record):
+        """One training step's credit, the sequence every target runs: the credit over all ranks
+        (``credit``), this rank's ``rows`` of it, each row's trained columns, what trains (``choose``)
+        and the run-log record (``credit_record``, with ``record``'s extra fields).
+
+        A target supplies only what differs: ``rows [R]`` (default all; best-of-n: the rollouts
+        upstream kept, taken after the groups were normalised over every rollout) and ``steps [R, C]``,
+        the step each trained column holds (column c of row r trains step ``steps[r, c]``);
+        ``upstream_trained [R, C]`` is upstream's value in that place (observe mode trains it).
+        Returns ``(local, trained [R, C])``: this rank's chosen rows of every credit tensor."""
+        local, summary = self.credit(rewards, delta_s, labels)
+        if rows is not None:
+            record.update(rollout_rewards=rewards, rollout_delta_s=local["delta_s"],
+                          rollout_group_ids=local["group_ids"])
+            picked = rows.to(delta_s.device)
+            local = {name: value[picked] for name, value in local.items()}
+            rewards = rewards[rows.to(rewards.device)]
+        advantages = local["advantages"]
+        trained = self.choose(advantages.gather(1, steps.to(advantages.device)), upstream_trained)
+        self.record = self.credit_record(local, summary, rewards, trained, upstream_advantages, **record)
+        return local, trained
 
     def choose(self, otca: torch.Tensor, upstream: torch.Tensor) -> torch.Tensor:
         """What is trained: upstream's value in observe mode (untouched: bit-identical training),

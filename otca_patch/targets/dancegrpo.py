@@ -102,9 +102,7 @@ class GrpoRuntime(Runtime):
     def rewards(self, upstream, device) -> torch.Tensor:
         """``[B, K]`` rewards of every rollout (all decoded samples, in rollout order), on ``device``
         (the trainer's: registry models are placed there first)."""
-        self.place_objectives(device)
-        return self.objectives.matrix(upstream, self.samples or None, self.prompts,
-                                      self.config.otca_video_frames).to(device)
+        return self.objective_matrix(upstream, self.samples, device)
 
     # ---- hook: per_step_advantages (train_one_step)
     def assign_advantages(self, samples: dict, all_latents: torch.Tensor, upstream_advantages: torch.Tensor, args):
@@ -128,18 +126,12 @@ class GrpoRuntime(Runtime):
         kept_steps = samples["log_probs"].shape[1]  # S-1: upstream drops the last step
         delta_s = self.progress(all_latents, self.final_state(all_latents))  # no copy of the latents
         every = torch.arange(per_rank, device=all_latents.device)
-        local, summary = self.credit(rewards, delta_s, self.group_ids(every, per_rank, args))
-        if rows is not None:
-            record.update(rollout_rewards=rewards, rollout_delta_s=local["delta_s"],
-                          rollout_group_ids=local["group_ids"])
-            picked = rows.to(delta_s.device)
-            local = {name: value[picked] for name, value in local.items()}
-            rewards = rewards[rows.to(rewards.device)]
+        steps = torch.arange(kept_steps, device=delta_s.device).expand(per_rank if rows is None else len(rows), -1)
         upstream_per_step = upstream_advantages.reshape(-1, 1).expand(-1, kept_steps).clone()
-        trained = self.choose(local["advantages"][:, :kept_steps], upstream_per_step)
+        local, trained = self.assign_credit(rewards, delta_s, self.group_ids(every, per_rank, args), steps,
+                                            upstream_per_step, upstream_advantages, rows=rows,
+                                            final_state=self.config.otca_final_state, **record)
         samples[STEP_KEY] = trained
-        self.record = self.credit_record(local, summary, rewards, trained, upstream_advantages,
-                                         final_state=self.config.otca_final_state, **record)
         return self.choose(local["combined"], upstream_advantages)
 
     def progress(self, all_latents: torch.Tensor, final=None) -> torch.Tensor:

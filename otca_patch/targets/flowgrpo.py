@@ -10,7 +10,7 @@ import torch
 
 
 from .. import rank_check
-from ..credit import similarity_to_final, step_progress
+from ..credit import modes, similarity_to_final, step_progress
 from ..invariants import TrainedStepCheck
 from ..objective_set import UpstreamRewards
 from .base import Runtime
@@ -39,7 +39,7 @@ class FlowGrpoRuntime(Runtime):
     """State of the layer inside one FlowGRPO process."""
 
     upstream_rewards = upstream_rewards({})
-    INTERNAL = Runtime.INTERNAL | {"trajectory"}
+    INTERNAL = Runtime.INTERNAL | {"trajectory", "labels"}
 
     def __init__(self, config, spec):
         super().__init__(config, spec)
@@ -73,26 +73,29 @@ class FlowGrpoRuntime(Runtime):
 
     # ---- hook: per_step_advantages (main, after upstream splits its advantages back)
     def assign_advantages(self, samples: dict, upstream_config, tokenizer, num_train_timesteps: int):
-        """The value upstream stores in ``samples["advantages"]``: this process's ``[B, T]`` rows."""
+        """The value upstream stores in ``samples["advantages"]``: this process's ``[B, T]`` rows, column
+        ``j`` of a row the credit of the step ``trajectory`` says it trains."""
         upstream_advantages = self.upstream_advantages = samples["advantages"]  # a reference: [B, T]
-        batch, device = upstream_advantages.shape[0], upstream_advantages.device
-        self.place_objectives(device)
-        rewards = self.objectives.matrix(samples["rewards"], self.images or None, self.prompts,
-                                         self.config.otca_video_frames).to(device)
-        if upstream_config.per_prompt_stat_tracking:  # upstream's groups: the decoded prompt text
-            labels = prompt_keys(tokenizer.batch_decode(samples["prompt_ids"], skip_special_tokens=True), device)
-        else:  # upstream's global normalisation: one group over the gathered batch
-            labels = torch.zeros(batch, dtype=torch.long, device=device)
-        delta_s, trained_steps = self.trajectory(samples, num_train_timesteps)
-        local, summary = self.credit(rewards, delta_s.to(device), labels)
-        trained_steps = trained_steps.to(local["advantages"].device)
-        trained = self.choose(local["advantages"].gather(1, trained_steps), upstream_advantages)
+        device = upstream_advantages.device
+        delta_s, steps = self.trajectory(samples, num_train_timesteps)
+        steps = steps.to(device)
+        rewards = self.objective_matrix(samples["rewards"], self.images, device)
         # advantage_steps: the step of each logged advantage column (the run-log check reads them so)
-        self.record = self.credit_record(local, summary, rewards, trained, upstream_advantages,
-                                         trained_steps=trained_steps, advantage_steps=trained_steps)
+        _, trained = self.assign_credit(rewards, delta_s.to(device), self.labels(samples, upstream_config, tokenizer),
+                                        steps, upstream_advantages, upstream_advantages, trained_steps=steps,
+                                        advantage_steps=steps)
         self.images, self.prompts = [], []
         self.step_check.store(samples)  # first epoch: each step's fingerprint, in the advantage's column order
         return trained
+
+    @staticmethod
+    def labels(samples: dict, upstream_config, tokenizer) -> torch.Tensor:
+        """Each sample's group label ``[B]``: upstream's groups are the decoded prompt text; without
+        ``per_prompt_stat_tracking`` (upstream's global normalisation) one group over the gathered batch."""
+        device = samples["advantages"].device
+        if upstream_config.per_prompt_stat_tracking:
+            return prompt_keys(tokenizer.batch_decode(samples["prompt_ids"], skip_special_tokens=True), device)
+        return torch.zeros(samples["advantages"].shape[0], dtype=torch.long, device=device)
 
     def trajectory(self, samples: dict, num_train_timesteps: int):
         """TCD's ``delta_s [B, S]`` and the step each trained column ``j`` is, ``[B, T]``. Here the
@@ -113,10 +116,10 @@ class FlowGrpoRuntime(Runtime):
     # ---- hook: zero_advantage_filter (main, upstream's mask of the rows to train)
     def rows_to_train(self, mask: torch.Tensor) -> torch.Tensor:
         """Upstream's mask ``[B]`` (rows with a nonzero advantage, on the advantages trained), except
-        in ``sum`` mode, vanilla's credit for A/B parity: there the rows vanilla keeps. Upstream's
+        in a mode that is vanilla's credit (``sum``), for A/B parity: there the rows vanilla keeps. Upstream's
         ``(r - mean) / (std + 1e-4)`` leaves ~1e-13 in a constant group (kept) where the layer
         computes exactly 0 (dropped), so the mask of upstream's own advantages decides."""
-        if self.observing or self.credit_config.mode != "sum" or self.upstream_advantages is None:
+        if self.observing or not modes.get(self.credit_config.mode).vanilla or self.upstream_advantages is None:
             return mask
         return self.upstream_advantages.abs().sum(dim=1) != 0
 

@@ -20,7 +20,6 @@ import torch
 
 from ..hooks.errors import PatchError
 from .flowgrpo import FlowGrpoRuntime, trajectory_progress
-from .flowgrpo_groups import prompt_keys
 
 #: the one-step function upstream's samplers call, by its name in their module
 STEP_FUNCTION = "sde_step_with_logprob"
@@ -33,7 +32,7 @@ class WindowedFlowRuntime(FlowGrpoRuntime):
 
     def reset(self) -> None:
         super().reset()
-        self.trajectory = None  # the last sampler call's states [b, S+1, ...]
+        self.sampled = None  # the last sampler call's states [b, S+1, ...]
         self.rollouts = []  # per sampling batch: (trajectory [b, S+1, ...], window start [b])
 
     def window_error(self, function: str, problem: str) -> PatchError:
@@ -67,7 +66,7 @@ class WindowedFlowRuntime(FlowGrpoRuntime):
                 result = pipeline(*args, **kwargs)
             finally:
                 step_globals[STEP_FUNCTION] = step
-            self.trajectory = torch.stack(states, dim=1) if states else None
+            self.sampled = torch.stack(states, dim=1) if states else None
             return result
 
         return watched
@@ -77,7 +76,7 @@ class WindowedFlowRuntime(FlowGrpoRuntime):
         """One sampling batch: its images and prompts (registry objectives), and the window
         ``latents [b, W+1, ...]`` the trainer keeps, located in the recorded trajectory."""
         self.collect_images(images, prompts)
-        trajectory, self.trajectory = self.trajectory, None
+        trajectory, self.sampled = self.sampled, None
         if trajectory is None or trajectory.shape[0] != latents.shape[0]:
             raise self.window_error("main", "no sampler trajectory was recorded for this sampling batch")
         width = latents.shape[1]
@@ -89,29 +88,15 @@ class WindowedFlowRuntime(FlowGrpoRuntime):
         start = torch.full((latents.shape[0],), starts[0], dtype=torch.long, device=latents.device)
         self.rollouts.append((trajectory, start))
 
-    # ---- hook: per_step_advantages (main, after upstream splits its advantages back)
-    def assign_advantages(self, samples: dict, upstream_config, tokenizer, num_train_timesteps: int):
-        """This process's ``[B, W]``: column ``j`` of a sample is step ``start + j`` of its whole-trajectory credit."""
-        upstream_advantages = self.upstream_advantages = samples["advantages"]
-        batch, device = upstream_advantages.shape[0], upstream_advantages.device
-        if sum(t.shape[0] for t, _ in self.rollouts) != batch:
-            raise self.window_error("main", f"{len(self.rollouts)} sampling batches were collected, "
+    def trajectory(self, samples: dict, num_train_timesteps: int):
+        """TCD's ``delta_s [B, S]`` over each sample's whole sampled trajectory, and the step each
+        trained column is, ``[B, W]``: column ``j`` of a sample whose window starts at ``s`` is step ``s + j``.
+        Takes the sampling batches collected since the last call."""
+        rollouts, self.rollouts, batch = self.rollouts, [], samples["advantages"].shape[0]
+        if sum(t.shape[0] for t, _ in rollouts) != batch:
+            raise self.window_error("main", f"{len(rollouts)} sampling batches were collected, "
                                     f"not the {batch} samples being assigned")
-        trajectories = torch.cat([t for t, _ in self.rollouts])
-        steps = (torch.cat([s for _, s in self.rollouts])[:, None]
-                 + torch.arange(num_train_timesteps, device=device)).to(device)
-        self.place_objectives(device)
-        rewards = self.objectives.matrix(samples["rewards"], self.images or None, self.prompts).to(device)
-        if upstream_config.per_prompt_stat_tracking:
-            labels = prompt_keys(tokenizer.batch_decode(samples["prompt_ids"], skip_special_tokens=True), device)
-        else:
-            labels = torch.zeros(batch, dtype=torch.long, device=device)
-        delta_s = trajectory_progress(trajectories[:, :-1], trajectories[:, 1:]).to(device)
-        local, summary = self.credit(rewards, delta_s, labels)
-        trained = self.choose(local["advantages"].gather(1, steps.to(local["advantages"].device)), upstream_advantages)
-        # advantage_steps: the sampling step of each logged advantage column (the run-log check reads it)
-        self.record = self.credit_record(local, summary, rewards, trained, upstream_advantages,
-                                         trained_steps=steps, advantage_steps=steps)
-        self.images, self.prompts, self.rollouts = [], [], []
-        self.step_check.store(samples)
-        return trained
+        trajectories = torch.cat([t for t, _ in rollouts])
+        starts = torch.cat([s for _, s in rollouts])
+        steps = starts[:, None] + torch.arange(num_train_timesteps, device=starts.device)
+        return trajectory_progress(trajectories[:, :-1], trajectories[:, 1:]), steps

@@ -6,7 +6,8 @@ import importlib
 from pathlib import Path
 from typing import Optional
 
-from ..config import OtcaConfig, refuse_foreign_flags
+from ..config import OtcaConfig
+from ..target_options import refuse_foreign_flags
 from ..hooks.spec import TargetSpec, load_specs
 
 

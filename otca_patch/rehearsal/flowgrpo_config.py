@@ -1,0 +1,45 @@
+"""The ``--config`` of a FlowGRPO rehearsal run: upstream's named config (``config/grpo.py:NAME``, as
+upstream's launch scripts pass it) with the small sizes of ``settings`` (``smoke.flowgrpo_config``),
+and the CPU stand-ins ``settings["stand_ins"]`` names.
+
+absl parses ``--config`` in every process inside ``app.run(main)``, after the trainer's module body
+has run and before ``main`` starts: the one moment a stand-in can reach the trainer's globals
+(``sys.modules["__main__"]``, with or without the layer) without a wrapper around upstream's script.
+"""
+from __future__ import annotations
+
+import json
+import sys
+
+from ..smoke import flowgrpo_config
+
+
+def _accelerate_on_cpu() -> None:
+    from ..smoke.environment import accelerate_as_on_gpus
+
+    accelerate_as_on_gpus()
+
+
+def _fsdp_on_cpu() -> None:
+    from ..smoke.flowgrpo_qwenimage import cpu_fsdp
+
+    cpu_fsdp(sys.modules["__main__"])
+
+
+def _float_ids_as_transformers_4() -> None:
+    from ..smoke.environment import decode_float_ids_as_transformers_4
+
+    decode_float_ids_as_transformers_4()
+
+
+#: name in the settings -> the stand-in it installs in this process
+STAND_INS = {"accelerate_on_cpu": _accelerate_on_cpu, "fsdp_on_cpu": _fsdp_on_cpu,
+             "float_ids_as_transformers_4": _float_ids_as_transformers_4}
+
+
+def get_config(settings_path: str):
+    with open(settings_path) as handle:
+        stand_ins = json.load(handle).get("stand_ins", [])
+    for name in stand_ins:
+        STAND_INS[name]()
+    return flowgrpo_config.get_config(settings_path)

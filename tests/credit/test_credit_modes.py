@@ -1,0 +1,83 @@
+"""The registry of credit modes (``otca_patch.credit.modes``): a mode is one registered function whose
+declared inputs the engine requires and refuses, and whose facts the rest of the package reads."""
+import ast
+from pathlib import Path
+
+import pytest
+import torch
+
+from otca_patch.credit import MODES, PEER_MODES, CreditConfig, compute_credit, credit_from_progress, modes
+from otca_patch.credit.modes import Assigned, register_mode
+
+ENGINE = Path(__file__).resolve().parents[2] / "otca_patch" / "credit" / "engine.py"
+
+
+@pytest.fixture
+def halved_mode():
+    """A library-only mode registered for one test: half of Multi-GRPO's advantage at every step."""
+    @register_mode("test_halved", needs=("step_noise",), launchable=False, title="half of Multi-GRPO")
+    def halved(x):
+        combined = 0.5 * x.objective_advantages.sum(dim=-1)
+        return Assigned(combined, x.per_step * combined.unsqueeze(-1), x.step_weights)
+    yield "test_halved"
+    del modes._REGISTRY["test_halved"]
+
+
+def _batch():
+    generator = torch.Generator().manual_seed(3)
+    return (torch.randn(6, 2, generator=generator), torch.randn(6, 5, 4, generator=generator),
+            torch.tensor([0, 0, 0, 1, 1, 1]))
+
+
+def test_the_modes_and_their_facts_are_those_of_the_spec():
+    """docs/credit.md sections 5 and 8: which modes spread by TCD's weights, which fuse by MOCA."""
+    assert MODES == ("otca", "moca", "tcd", "multi_grpo", "gdpo", "sum") and PEER_MODES == ("coca", "tempflow")
+    assert {m for m in modes.names() if modes.get(m).step_weighted} == {"otca", "tcd"}
+    assert {m for m in modes.names() if modes.get(m).fuses} == {"otca", "moca"}
+    assert {m for m in modes.names() if modes.get(m).whole_batch_std} == {"gdpo"}
+    assert {m for m in modes.names() if modes.get(m).vanilla} == {"sum"}  # vanilla DanceGRPO's one summed reward
+    assert modes.get("coca").needs == ("clean",) and modes.get("tempflow").needs == ("step_noise",)
+    assert all(not modes.get(m).needs for m in MODES)  # a trainer's hooks feed rewards and progress only
+
+
+def test_a_registered_mode_runs_with_its_declared_input_and_no_other(halved_mode):
+    rewards, latents, groups = _batch()
+    noise = torch.full((4,), 0.2)
+    halved = compute_credit(rewards, latents, groups, CreditConfig(mode=halved_mode), step_noise=noise)
+    multi = compute_credit(rewards, latents, groups, CreditConfig(mode="multi_grpo"))
+    assert torch.allclose(halved.advantages, 0.5 * multi.advantages, atol=1e-6)
+    assert halved.mode == halved_mode
+    with pytest.raises(ValueError, match="^step_noise: mode test_halved needs a float tensor"):
+        compute_credit(rewards, latents, groups, CreditConfig(mode=halved_mode))
+    with pytest.raises(ValueError, match=r"^step_noise: only mode tempflow, test_halved uses the sampler's step noise"):
+        compute_credit(rewards, latents, groups, CreditConfig(mode="otca"), step_noise=noise)
+    again = credit_from_progress(rewards, halved.delta_s, groups, CreditConfig(mode=halved_mode), step_noise=noise)
+    assert torch.allclose(again.advantages, halved.advantages, atol=1e-6)
+
+
+def test_a_mode_is_registered_once_and_needs_known_inputs():
+    with pytest.raises(ValueError, match="credit mode otca: registered twice"):
+        register_mode("otca")(lambda x: x)
+    with pytest.raises(ValueError, match="needs unknown input"):
+        register_mode("test_unknown", needs=("timing",))
+
+
+def test_credit_from_progress_refuses_a_mode_whose_input_comes_from_latents():
+    rewards, _, groups = _batch()
+    with pytest.raises(ValueError, match=r"^mode: coca needs predicted clean samples; use compute_credit\(\.\.\., clean=\.\.\.\)"):
+        credit_from_progress(rewards, torch.rand(6, 4), groups, CreditConfig(mode="coca"))
+
+
+def test_every_declared_input_has_a_check():
+    from otca_patch.credit import inputs
+
+    assert set(modes.INPUTS) == inputs.checked_inputs()
+
+
+def test_the_engine_compares_no_mode_name():
+    """The engine reads facts from the registry; a string constant naming a mode appears in none of its
+    comparisons (``config.mode == "coca"``, ``mode in ("moca", "otca")``)."""
+    tree = ast.parse(ENGINE.read_text())
+    named = [node.lineno for node in ast.walk(tree) if isinstance(node, ast.Compare)
+             for const in ast.walk(node) if isinstance(const, ast.Constant) and const.value in modes.names()]
+    assert named == []
