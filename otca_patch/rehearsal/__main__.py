@@ -63,15 +63,15 @@ def rehearse_target(target: str, module, out: Path, device: str, keep: bool) -> 
 
 
 def main(argv=None) -> int:
+    known = families()
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__)
-    parser.add_argument("targets", nargs="*", metavar="TARGET")
+    parser.add_argument("targets", nargs="*", metavar="TARGET", help=f"default: all of {', '.join(known)}")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                         help="cpu: gloo and the CPU stand-ins (default); cuda: NCCL on this machine's GPUs")
     parser.add_argument("--out", type=Path, help="where each target's logs go (default: a new temporary folder)")
     parser.add_argument("--keep", action="store_true", help="keep the tiny models, data and per-run working copies")
     parser.add_argument("--jobs", type=int, help="targets at a time (default: 2 where the cores allow, else 1)")
     args = parser.parse_args(argv)
-    known = families()
     unknown = [t for t in args.targets if t not in known]
     if unknown:
         parser.error(f"not a rehearsal target: {', '.join(unknown)} (they are: {', '.join(known)})")

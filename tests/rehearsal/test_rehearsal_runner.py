@@ -99,25 +99,25 @@ def test_logged_credit_off_the_reference_fails(tmp_path):
     assert line.startswith("FAIL toy credit differs from the reference: step 1 rank 1: logged advantages")
 
 
-def test_a_failed_run_names_the_layers_error_before_any_exception(tmp_path):
+def line_of_a_failed_run(tmp_path: Path, name: str, returncode: int, stderr: str) -> str:
+    """The verdict when run ``name`` exited ``returncode`` having written ``stderr``."""
     runs = three_runs(tmp_path, {})
-    (tmp_path / "otca" / "stderr.log").write_text(
-        "Steps:   0%|          | 0/100000\rotca-patch launch: error: a Python process of this launch never checked in\n"
-        "[rank0]: RuntimeError: later noise\n")
-    runs["otca"] = Run("otca", tmp_path / "otca", returncode=2, seconds=1.0)
-    line = judge(plan_reading(tmp_path), runs)
+    (tmp_path / name / "stderr.log").write_text(stderr)
+    runs[name] = Run(name, tmp_path / name, returncode=returncode, seconds=1.0)
+    return judge(plan_reading(tmp_path), runs)
+
+
+def test_a_failed_run_names_the_layers_error_before_any_exception(tmp_path):
+    line = line_of_a_failed_run(tmp_path, "otca", 2, "Steps:   0%|          | 0/100000\rotca-patch launch: error: a "
+                                "Python process of this launch never checked in\n[rank0]: RuntimeError: later noise\n")
     assert line == ("FAIL toy the otca run exited 2: otca-patch launch: error: a Python process of this launch "
                     "never checked in")
 
 
 def test_a_rank_exception_is_named_without_its_rank_prefix(tmp_path):
-    runs = three_runs(tmp_path, {})
-    (tmp_path / "unwrapped" / "stderr.log").write_text(
-        "[rank1]: ValueError: Unsupported caption type\n"
-        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:\n")
-    runs["unwrapped"] = Run("unwrapped", tmp_path / "unwrapped", returncode=1, seconds=1.0)
-    assert judge(plan_reading(tmp_path), runs) == ("FAIL toy the unwrapped run exited 1: ValueError: Unsupported "
-                                                   "caption type")
+    line = line_of_a_failed_run(tmp_path, "unwrapped", 1, "[rank1]: ValueError: Unsupported caption type\n"
+                                "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:\n")
+    assert line == "FAIL toy the unwrapped run exited 1: ValueError: Unsupported caption type"
 
 
 @pytest.mark.parametrize("bad", [{"ranks": 0}, {"dataloader_workers": 0}, {"otca_flags": ["--otca"]}])
