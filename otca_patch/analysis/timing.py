@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..help_text import PlainHelpFormatter
 from ..files import atomic_path, atomic_write_json, read_jsonl
 from ..runlog import LOG_NAME
 
@@ -25,7 +26,8 @@ class TimingError(ValueError):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="otca-patch timing", description=__doc__.split("\n\n")[0],
-                                     epilog="Step 1 is the first denoising step (the noise side), step T the last.")
+                                     epilog="Step 1 is the first denoising step (the noise side), step T the last.",
+                                     formatter_class=PlainHelpFormatter)
     parser.add_argument("path", help="a demo or ablate folder (metrics.json / ablation.json), a run log folder or "
                                      f"its {LOG_NAME}")
     parser.add_argument("--out", default=None, help="folder for timing.png and timing.json (default: PATH's folder)")
