@@ -13,8 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..help_text import PlainHelpFormatter
 from ..files import atomic_path, atomic_write_json, read_jsonl
+from ..help_text import PlainHelpFormatter
 from ..runlog import LOG_NAME
 
 DEMO_FILES = ("metrics.json", "ablation.json")
