@@ -24,6 +24,7 @@ from .logs import LogError, Run
 from .metrics import reach_table, score_runs, standardiser_from
 from .plots import balanced_curves, file_safe, mixture_over_training, reward_curves, step_weight_heatmap
 from .report import build_report
+from .sample_panels import samples_figure
 from .sides import Side, load_side
 from .verdict import DEFAULT_THRESHOLD
 
@@ -133,7 +134,8 @@ def compare(paths: list[Path], out: Path, labels: list[str] | None = None, objec
             mixture_over_training(run, window, out / name)
             figures["objective mixture"].append(name)
     text = build_report(sides, scores, reach_table(scores), standardiser, window, figures, warnings,
-                        differences=differences, cycle=(cycle, cycle_how, block), threshold=threshold)
+                        differences=differences, cycle=(cycle, cycle_how, block), threshold=threshold,
+                        samples=samples_figure(sides, out))
     report = out / "report.md"
     atomic_write_text(report, text)
     for warning in warnings:
