@@ -67,18 +67,24 @@ def spread(items: list, count: int) -> list:
     return [items[round(i * (len(items) - 1) / (count - 1))] for i in range(count)]
 
 
+#: white pixels between the frames of a video's strip
+FRAME_GAP = 2
+
+
 def strip(frames: list, height: int):
-    """The frames side by side at ``height`` pixels (aspect kept): one PIL image."""
+    """The frames side by side at ``height`` pixels (aspect kept; none enlarged), ``FRAME_GAP``
+    white pixels apart: one PIL image."""
     from PIL import Image
 
     scaled = [f.resize((max(1, round(f.width * height / f.height)), height), Image.Resampling.LANCZOS)
               if f.height > height else f for f in frames]
     height = max(f.height for f in scaled)
-    canvas = Image.new("RGB", (sum(f.width for f in scaled), height))
+    width = sum(f.width for f in scaled) + FRAME_GAP * (len(scaled) - 1)
+    canvas = Image.new("RGB", (width, height), (255, 255, 255))
     x = 0
     for frame in scaled:
         canvas.paste(frame, (x, 0))
-        x += frame.width
+        x += frame.width + FRAME_GAP
     return canvas
 
 

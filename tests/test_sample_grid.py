@@ -77,6 +77,18 @@ def test_a_video_is_kept_as_a_strip_of_frames_from_start_to_end():
         to_frames(torch.zeros(3, 8), 3)
 
 
+def test_a_kept_video_is_one_png_of_its_frames_side_by_side(tmp_path):
+    video = torch.stack([torch.full((3, 8, 12), value) for value in (0.0, 0.5, 1.0)])
+    keeper = SampleKeeper(tmp_path)
+    keeper.add([video], ["a kite"])
+    keeper.end_step(1)
+    kept = read_kept(tmp_path, "first")
+    assert kept.frames == [3] and kept.prompts == ["a kite"]
+    pixels = np.asarray(kept.images[0])[:, :, 0]
+    assert pixels.shape[0] == 8 and pixels.shape[1] > 3 * 12  # three 12-pixel frames and the gaps between them
+    assert pixels[0, 0] == 0 and pixels[0, -1] == 255 and 128 in pixels[0]
+
+
 def test_the_keeper_writes_the_first_step_once_and_the_latest_every_step(tmp_path):
     keeper = SampleKeeper(tmp_path, count=3)
     for step, value in ((1, 0.0), (2, 0.5), (3, 1.0)):
