@@ -191,6 +191,8 @@ def test_seeds_run_each_side_once_per_seed_and_the_report_counts_them(synthetic,
             assert first == pytest.approx((2 if side == "otca" else 1) * (0.2 + 0.005 * seed)), (side, seed)
     report = (out / "compare" / "report.md").read_text()
     assert "| vanilla (3 runs) | otca (3 runs) |" in report and "over 3 seed pairs" in report
+    assert "![samples](samples.png)" in report and "(each side's first seed)" in report
+    assert (out / "compare" / "samples.png").is_file()
     for flag in ("1", "1,1", "a,b"):
         bad = subprocess.run(command[:4] + [flag, "launch.sh"], cwd=upstream, env=env, capture_output=True,
                              text=True, timeout=120)
