@@ -44,6 +44,8 @@ def to_frames(sample, frames: int) -> list:
         return [sample.convert("RGB")]
     if isinstance(sample, (list, tuple)):
         return [frame.convert("RGB") for frame in spread(list(sample), frames)]
+    if getattr(sample, "ndim", 0) == 4:  # a video: only the shown frames are copied and converted
+        sample = sample[spread(list(range(sample.shape[0])), frames)]
     if hasattr(sample, "detach"):
         sample = sample.detach().float().cpu().numpy()
     array = np.asarray(sample, dtype=np.float32)
@@ -55,7 +57,7 @@ def to_frames(sample, frames: int) -> list:
     if array.shape[1] == 3 and array.shape[-1] != 3:
         array = array.transpose(0, 2, 3, 1)  # [F, 3, H, W] -> [F, H, W, 3]
     pixels = (np.clip(array, 0.0, 1.0) * 255.0 + 0.5).astype(np.uint8)
-    return [Image.fromarray(frame) for frame in spread(list(pixels), frames)]
+    return [Image.fromarray(frame) for frame in pixels]
 
 
 def spread(items: list, count: int) -> list:
