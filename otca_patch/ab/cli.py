@@ -7,7 +7,8 @@ Runs one launch twice, one side after the other, then ``otca-patch compare``:
 
   DIR/vanilla  the launch with --otca_observe: trains exactly as vanilla, logs every objective
   DIR/otca     the launch with --otca and your flags
-  DIR/compare  report.md and the plots
+  DIR/compare  report.md (opening with samples.png: both sides' samples at the first and the last
+               step, same prompts and noise) and the plots
 
 Both sides run the same launch script, so the same seeds (the script's --seed) and the same
 initial noise; the OTCA flags other than --otca (objectives, checkpoints, mode) apply to both, so

@@ -6,6 +6,8 @@ upstream's reward.txt), or one of those files, or a folder of such folders (seve
 side, as `otca-patch ab --seeds` writes). The first RUN is the reference: every other one is
 compared with it, per objective and on the balanced score, as a difference with a 95% interval and
 a verdict (no detectable difference / negligible / better / worse; see the report for the method).
+When the runs kept samples (the layer keeps rank 0's first and latest step's), the report opens with
+samples.png: one row per run, its samples at the first and the last step.
 All runs must log the same objectives; --objectives compares a common subset instead. A run still
 in progress can be compared: its partial last line and a step not every rank has logged yet are
 left out, with a warning.
@@ -26,6 +28,7 @@ from .logs import LogError, Run
 from .metrics import reach_table, score_runs, standardiser_from
 from .plots import balanced_curves, file_safe, mixture_over_training, reward_curves, step_weight_heatmap
 from .report import build_report
+from .sample_panels import samples_figure
 from .sides import Side, load_side
 from .verdict import DEFAULT_THRESHOLD
 
@@ -135,7 +138,8 @@ def compare(paths: list[Path], out: Path, labels: list[str] | None = None, objec
             mixture_over_training(run, window, out / name)
             figures["objective mixture"].append(name)
     text = build_report(sides, scores, reach_table(scores), standardiser, window, figures, warnings,
-                        differences=differences, cycle=(cycle, cycle_how, block), threshold=threshold)
+                        differences=differences, cycle=(cycle, cycle_how, block), threshold=threshold,
+                        samples=samples_figure(sides, out))
     report = out / "report.md"
     atomic_write_text(report, text)
     for warning in warnings:

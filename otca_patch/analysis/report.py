@@ -84,10 +84,11 @@ def _runs(side: Side) -> str:
 
 def build_report(sides: list[Side], scores: list[RunScores], reach: dict, standardiser: Standardiser,
                  window: int, figures: dict[str, list[str]], warnings: list[str], differences: dict,
-                 cycle: tuple, threshold: float) -> str:
+                 cycle: tuple, threshold: float, samples: str | None = None) -> str:
+    """``samples``: the lines that show the runs' samples (``sample_panels``), first in the report."""
     runs = [side.merged for side in sides]
     objectives = runs[0].objectives
-    lines = ["# Run comparison", ""]
+    lines = ["# Run comparison", ""] + ([samples, ""] if samples else [])
     lines += _table(["run", "kind", "log", "runs (seeds)", "steps", "samples / step"],
                     [[r.label, _kind(r), f"`{r.path}`", str(side.count), f"{r.steps[0]}-{r.steps[-1]} ({len(r.steps)})",
                       str(int(r.samples[0])) if r.samples[0] else "mean only"] for side, r in zip(sides, runs)])

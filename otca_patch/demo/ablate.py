@@ -70,6 +70,7 @@ def main(argv=None) -> int:
         except (ValueError, OSError) as exc:
             return fail(parser.prog, str(exc), code=1)
         result["seconds"]["total"] = time.perf_counter() - regime_started
+        result.pop("samples", None)  # pixels for the demo's samples.png; the ablation's files are numbers
         add_peer_comparisons(result)
         add_decomposition(result)
         folder = Path(regime_config.out)

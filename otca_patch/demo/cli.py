@@ -17,8 +17,8 @@ from .config import DemoConfig
 def build_parser(prog: str = "otca-patch demo") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=prog, description=__doc__.split("\n\n")[0], formatter_class=PlainHelpFormatter,
-        epilog="Writes report.md, metrics.json, reward_curves.png, step_weights.png and mixture.png into --out, "
-               "and caches the base model there (reused by the next run with the same base-model flags). "
+        epilog="Writes report.md, metrics.json, samples.png, reward_curves.png, step_weights.png and mixture.png "
+               "into --out, and caches the base model there (reused by the next run with the same base-model flags). "
                "Runs are paired by seed; every objective is reported as the fraction of the base-to-oracle gap closed.",
     )
     add_flags(parser, DemoConfig)

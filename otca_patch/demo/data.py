@@ -52,6 +52,11 @@ def sample_prompts(n: int, generator: torch.Generator) -> torch.Tensor:
     return torch.stack([fg, shape, bg, size], dim=1)
 
 
+def prompt_text(prompt_ids: torch.Tensor) -> list[str]:
+    """``[n, 4]`` word ids -> the prompts as words: "a <size> <colour> <shape> on <colour>"."""
+    return [f"a {VOCAB[size]} {VOCAB[fg]} {VOCAB[shape]} on {VOCAB[bg]}" for fg, shape, bg, size in prompt_ids.tolist()]
+
+
 def prompt_colours(prompt_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Object and background RGB of each prompt: two ``[n, 3]`` tensors in [0, 1]."""
     table = colour_table().to(prompt_ids.device)

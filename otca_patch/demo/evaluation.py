@@ -38,6 +38,28 @@ def make_eval_set(config: DemoConfig, token_shape: tuple[int, int]) -> EvalSet:
     return EvalSet(prompt_ids=prompts, noise=noise, seed=config.eval_seed + 1)
 
 
+#: evaluation prompts whose samples the report shows (``samples.png``)
+SHOWN_PROMPTS = 4
+
+
+def shown_set(eval_set: EvalSet, config: DemoConfig) -> EvalSet:
+    """The first ``SHOWN_PROMPTS`` evaluation prompts, one sample each with its fixed noise: what the
+    report shows of every run, before and after training (the same prompts and noise for all)."""
+    rows = torch.arange(0, eval_set.prompt_ids.shape[0], config.eval_samples_per_prompt)[:SHOWN_PROMPTS]
+    return EvalSet(prompt_ids=eval_set.prompt_ids[rows], noise=eval_set.noise[rows], seed=eval_set.seed)
+
+
+@torch.no_grad()
+def sample_images(model: TinyFlux, eval_set: EvalSet, config: DemoConfig) -> list:
+    """The policy's images of ``eval_set`` (the training SDE, its fixed noise) as ``[E][H][W][3]``
+    integers 0-255 (kept in JSON with a run's other outputs)."""
+    generator = torch.Generator().manual_seed(eval_set.seed)
+    sigmas = sigma_schedule(config.sampling_steps, config.shift)
+    rollout = sample_trajectories(model, eval_set.prompt_ids, eval_set.noise, sigmas, config.eta, generator)
+    images = unpack(rollout.final_clean, config.image_size)  # [E, 3, H, W] in [-1, 1]
+    return ((images.clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8).permute(0, 2, 3, 1).tolist()
+
+
 def oracle_rewards(eval_set: EvalSet, config: DemoConfig) -> torch.Tensor:
     """``[E, K]`` rewards of the clean renders of the evaluation prompts (1 by construction)."""
     return objective_rewards(clean_render(eval_set.prompt_ids, config.image_size), eval_set.prompt_ids, config.objectives)

@@ -143,4 +143,18 @@ def summarise(config: DemoConfig, jobs: list, outputs: list, info: dict) -> dict
         "verdicts": verdicts,
         "thresholds": thresholds,
         "seeds_improving_every_objective": improves_all,
+        "samples": shown_samples(jobs, outputs, seeds[0]),
     }
+
+
+def shown_samples(jobs: list, outputs: list, seed: int) -> dict | None:
+    """The report's ``samples.png``: each variant's images of the shown prompts before and after
+    training, from the runs of ``seed`` (None when those runs kept none: finished before they did)."""
+    kept = [(job.mode, output["samples"]) for job, output in zip(jobs, outputs)
+            if job.seed == seed and "samples" in output]
+    if not kept:
+        return None
+    first = kept[0][1]
+    return {"seed": seed, "prompts": first["prompts"], "iterations": first["iterations"],
+            "first": {mode: samples["first"] for mode, samples in kept},
+            "last": {mode: samples["last"] for mode, samples in kept}}

@@ -34,8 +34,10 @@ class Job:
 
 def run_job(job: Job, on_iteration: Optional[Callable[[], None]] = None) -> dict:
     """Load the base model, evaluate it, train ``job.mode``; returns ``{"history", "base_eval",
-    "oracle_eval", "seconds", "cpu_seconds"}``."""
-    from .evaluation import oracle_rewards
+    "oracle_eval", "samples", "seconds", "cpu_seconds"}`` (``samples``: ``first`` and ``last``, the
+    images of ``evaluation.shown_set`` before and after training)."""
+    from .data import prompt_text
+    from .evaluation import oracle_rewards, sample_images, shown_set
     from .grpo import train_mode
     from .pretrain import build_model
     from .variants import VARIANTS
@@ -51,10 +53,14 @@ def run_job(job: Job, on_iteration: Optional[Callable[[], None]] = None) -> dict
     eval_set = make_eval_set(config, model.token_shape)
     base = evaluate(model, eval_set, config)
     base_rewards = base.rewards
-    _, history = train_mode(model, config, VARIANTS[job.mode], job.seed, eval_set, base_rewards.mean(0).tolist(),
-                            on_iteration=on_iteration, base_timing=base.timing)
+    shown = shown_set(eval_set, config)
+    first = sample_images(model, shown, config)
+    trained, history = train_mode(model, config, VARIANTS[job.mode], job.seed, eval_set, base_rewards.mean(0).tolist(),
+                                  on_iteration=on_iteration, base_timing=base.timing)
+    samples = {"prompts": prompt_text(shown.prompt_ids), "iterations": [0, config.grpo_steps], "first": first,
+               "last": sample_images(trained, shown, config)}
     return {"history": asdict(history), "base_eval": base_rewards.tolist(),
-            "oracle_eval": oracle_rewards(eval_set, config).tolist(),
+            "oracle_eval": oracle_rewards(eval_set, config).tolist(), "samples": samples,
             "seconds": time.perf_counter() - started, "cpu_seconds": time.process_time() - cpu_started}
 
 

@@ -16,20 +16,45 @@ from .variants import short_name
 
 REPORT_FILES = ("report.md", "metrics.json", "reward_curves.png", "step_weights.png", "mixture.png",
                 "gradient_conflict.png", "timing.png")
+SAMPLES_FILE = "samples.png"
 
 
 def write_report(result: dict, out_dir, command: str = "otca-patch demo") -> list[Path]:
     """Write every report file into ``out_dir``; returns their paths."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(out / "metrics.json", result)  # first: the numbers survive a failing figure
+    # first: the numbers survive a failing figure (the samples' pixels are in samples.png only)
+    atomic_write_json(out / "metrics.json", {k: v for k, v in result.items() if k != "samples"})
     plot_reward_curves(result, out / "reward_curves.png")
     plot_step_weights(result, out / "step_weights.png")
     plot_mixture(result, out / "mixture.png")
     plot_gradient_conflict(result, out / "gradient_conflict.png")
     plot_result_timing(result, out / "timing.png")
+    grid = samples_grid(result)
+    if grid is not None:
+        grid.save(out / SAMPLES_FILE)
     atomic_write_text(out / "report.md", render_markdown(result, command))
-    return [out / name for name in REPORT_FILES]
+    return [out / name for name in REPORT_FILES + ((SAMPLES_FILE,) if grid is not None else ())]
+
+
+def samples_grid(result: dict):
+    """``samples.png``: one row per variant, its images of the shown prompts at iteration 0 (the base
+    model: the same in every row) and after the last iteration; None without samples."""
+    import numpy as np
+    from PIL import Image
+
+    from ..sample_grid import sample_grid
+
+    samples = result.get("samples")
+    if not samples:
+        return None
+    prompts, iterations = samples["prompts"], samples["iterations"]
+    picture = lambda pixels: Image.fromarray(np.asarray(pixels, dtype=np.uint8))  # noqa: E731
+    rows = [(short_name(mode).strip("`"), [picture(p) for p in samples["first"][mode] + samples["last"][mode]])
+            for mode in result["modes"] if mode in samples["first"]]
+    return sample_grid(rows, prompts + prompts, groups=[(f"iteration {iterations[0]}", len(prompts)),
+                                                        (f"iteration {iterations[1]}", len(prompts))],
+                       cell=96, title=f"seed {samples['seed']}: the same prompts and noise in every row")
 
 
 def plot_result_timing(result: dict, path) -> None:
@@ -105,6 +130,7 @@ def render_markdown(result: dict, command: str) -> str:
         f"# OTCA demo: credit variants on a task with a known joint optimum (regime `{result.get('regime', 'conflicting')}`)",
         "",
         *verdict_lines(result),
+        *samples_lines(result),
         f"Command: `{command}`. Everything below was measured by this run; nothing is copied from the paper.",
         "",
         "## Setup",
@@ -163,6 +189,17 @@ def render_markdown(result: dict, command: str) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def samples_lines(result: dict) -> list:
+    """The samples figure and what it shows (nothing when the runs kept no samples)."""
+    samples = result.get("samples")
+    if not samples:
+        return []
+    return [f"![samples]({SAMPLES_FILE})", "",
+            f"Each variant's samples of {len(samples['prompts'])} evaluation prompts (seed {samples['seed']}) before "
+            f"GRPO (iteration {samples['iterations'][0]}: the base model, alike in every row) and after its last "
+            f"iteration ({samples['iterations'][1]}), from the same fixed noise.", ""]
 
 
 def verdict_lines(result: dict) -> list:

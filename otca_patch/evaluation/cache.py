@@ -47,8 +47,12 @@ class EntryCache:
         except ValueError:  # cannot happen with atomic writes; a hand-edited file is recomputed
             return None
 
+    def image(self, index: int) -> Path:
+        """Where the image of prompt ``index`` is (absent when its entry was computed without one)."""
+        return self.folder / f"{index:05d}.png"
+
     def put(self, index: int, entry: dict, image) -> None:
         if image is not None:
-            with atomic_path(self.folder / f"{index:05d}.png") as tmp:
+            with atomic_path(self.image(index)) as tmp:
                 image.save(tmp, format="PNG")
         atomic_write_text(self._json(index), json.dumps(entry))

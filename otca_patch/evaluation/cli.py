@@ -30,6 +30,8 @@ from .checkpoints import Checkpoint, FileHashes, find_checkpoints, load_transfor
 from .table import format_table
 
 DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+#: prompts shown in samples.png (the first ones of --prompts)
+SHOWN_PROMPTS = 8
 
 
 def read_prompts(path: Path) -> list[str]:
@@ -239,10 +241,37 @@ def evaluate(args) -> int:
     table = format_table(rows, metrics, len(prompts))
     print(table)
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "table.md").write_text(table + "\n")
+    shown = samples_grid([c.label for c in checkpoints], caches, prompts)
+    shown.save(args.out / "samples.png")
+    (args.out / "table.md").write_text(table + f"\n\n![samples](samples.png)\n\n{samples_caption(prompts)}\n")
     (args.out / "results.json").write_text(json.dumps({"prompts": str(args.prompts), "settings": {
         k: v for k, v in common.items() if k not in ("base", "prompts")}, "checkpoints": results}, indent=1))
+    print(f"otca-patch eval: wrote table.md, results.json and samples.png in {args.out}", file=sys.stderr)
     return 0
+
+
+def samples_grid(labels: list[str], caches: list[EntryCache], prompts: list[str]):
+    """One row per checkpoint, one column per shown prompt: the images the table scored."""
+    from PIL import Image
+
+    from ..sample_grid import sample_grid
+
+    def image(cache: EntryCache, index: int):
+        path = cache.image(index)
+        if not path.is_file():
+            return None
+        with Image.open(path) as opened:
+            return opened.convert("RGB")
+
+    shown = prompts[:SHOWN_PROMPTS]
+    return sample_grid([(label, [image(cache, i) for i in range(len(shown))]) for label, cache in zip(labels, caches)],
+                       shown)
+
+
+def samples_caption(prompts: list[str]) -> str:
+    count = min(len(prompts), SHOWN_PROMPTS)
+    return (f"The images scored above for the first {count} of {len(prompts)} prompts; in a column every checkpoint "
+            "had the same seed, so the same initial noise.")
 
 
 def _fingerprint(path: Path, hashes: FileHashes):

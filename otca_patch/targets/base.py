@@ -22,6 +22,7 @@ from ..devices import follows_trainer, reward_device
 from ..distributed import gather_rows, local_rows, world
 from ..objective_set import Objectives, UpstreamRewards
 from ..runlog import RunLog
+from ..samples import SampleKeeper
 from .monitoring import WandbRows, wandb_scalars
 
 
@@ -38,7 +39,7 @@ class Runtime:
     #: public methods no hook point calls: the runtime calls them itself, or tests and tools do
     INTERNAL = frozenset({"describe", "reset", "bind_objectives", "credit", "choose", "credit_record",
                           "write_record", "number_groups", "observing", "place_objectives", "spec_record",
-                          "objective_matrix", "assign_credit"})
+                          "objective_matrix", "assign_credit", "keep_samples"})
 
     def __init__(self, config: OtcaConfig, spec):
         self.config = config
@@ -47,6 +48,8 @@ class Runtime:
         self.credit_config = config.credit_config()
         self.objectives: Optional[Objectives] = None
         self.log = RunLog(config.otca_log_dir)
+        #: a few decoded samples of the first and the latest step, beside the run log (rank 0)
+        self.sample_keeper = SampleKeeper(config.otca_log_dir)
         self.wandb_rows = WandbRows()
         self.step = 0
         self.reset()
@@ -179,8 +182,16 @@ class Runtime:
         if self.step == 1 and rank_check.result() is not None:
             record["rank_check"] = rank_check.result()  # the first record says every rank ran the same layer
         self.log.write(record)
+        if rank == 0:
+            self.sample_keeper.end_step(self.step)
         self._to_wandb(rank, record["summary"], wandb_step)
         return True
+
+    def keep_samples(self, samples, prompts) -> None:
+        """Decoded samples of a rollout batch and their prompts: rank 0 keeps a few as PNGs
+        (``samples``; ``otca-patch compare`` shows them side by side)."""
+        if world()[0] == 0:
+            self.sample_keeper.add(samples, prompts)
 
     def spec_record(self) -> Optional[dict]:
         """The run log's one record of the spec (docs/run-log.md): which spec rewrote which file (a

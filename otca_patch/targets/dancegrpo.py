@@ -89,12 +89,14 @@ class GrpoRuntime(Runtime):
     def collect_images(self, decoded_images, captions) -> None:
         """Keep a batch's decoded images (PIL images or ``[3, H, W]`` tensors in [0, 1]) and captions
         for the registry objectives, which score the whole batch once, after the rollout."""
+        self.keep_samples(decoded_images, captions)
         if self.objectives.needs_images:
             self.samples.extend(decoded_images)
             self.prompts.extend(captions[:len(decoded_images)])
 
     def collect_video(self, decoded_video, captions) -> None:
         """Keep one decoded video (numpy ``[F, H, W, 3]`` in [0, 1], or F PIL frames) and its caption."""
+        self.keep_samples([decoded_video], captions[:1])
         if self.objectives.needs_images:
             self.samples.append(frames_to_tensor(decoded_video))
             self.prompts.append(captions[0])

@@ -67,6 +67,7 @@ class FlowGrpoRuntime(Runtime):
     def collect_images(self, images: torch.Tensor, prompts) -> None:
         """One sampling batch: ``images [b, 3, H, W]`` (Wan: videos ``[b, F, 3, H, W]``) in [0, 1] and
         its prompts (registry objectives only; image models score ``--otca_video_frames`` of a video)."""
+        self.keep_samples(images, prompts)
         if self.objectives.needs_images:
             self.images.extend(images.detach().float())
             self.prompts.extend(prompts)

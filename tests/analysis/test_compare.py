@@ -332,3 +332,33 @@ def test_a_second_run_into_the_same_folder_starts_a_new_log_and_keeps_the_first(
     monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "1")  # torchrun restarted the same job: it appends
     RunLog(str(folder)).write(one_record(step=2, mode="otca"))
     assert len((folder / "run_log.jsonl").read_text().splitlines()) == 2 and len(list(folder.glob("run_log.*"))) == 2
+
+
+def test_samples_open_the_report_and_a_run_without_them_gets_grey_panels(tmp_path):
+    import torch
+    from PIL import Image
+
+    from otca_patch.analysis.sample_panels import panel_grid
+    from otca_patch.analysis.sides import load_side
+    from otca_patch.sample_grid import MISSING
+    from otca_patch.samples import SampleKeeper
+
+    write_run(tmp_path / "plain", base)
+    assert "samples.png" not in compare([tmp_path / "plain", write_run(tmp_path / "a", fast)],
+                                        tmp_path / "none").read_text()
+    assert not (tmp_path / "none" / "samples.png").exists()  # no run kept samples: no picture
+    keeper = SampleKeeper(tmp_path / "a")
+    for step in (1, STEPS):
+        keeper.add(torch.full((2, 3, 8, 8), step / STEPS / 2), ["a cat", "a dog"])
+        keeper.end_step(step)
+    report = compare([tmp_path / "a", tmp_path / "plain"], tmp_path / "out").read_text().splitlines()
+    assert report[2] == "![samples](samples.png)"
+    assert any(line.startswith("No samples kept by plain") for line in report[:8])
+    written = np.asarray(Image.open(tmp_path / "out" / "samples.png").convert("RGB"))
+    grid, _ = panel_grid([load_side(tmp_path / "a", "a"), load_side(tmp_path / "plain", "plain")])
+    assert np.array_equal(written, np.asarray(grid.image))
+    cells = {key: written[top:bottom, left:right] for key, (left, top, right, bottom) in grid.boxes.items()}
+    assert sorted(cells) == [(row, c) for row in (0, 1) for c in range(4)]  # 2 prompts at steps 1 and 10
+    for c in range(4):
+        assert (cells[0, c] == (13 if c < 2 else 128)).all()  # 0.05 and 0.5 of 255
+        assert (cells[1, c] == MISSING).all()  # the run without samples: grey panels

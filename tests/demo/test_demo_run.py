@@ -149,6 +149,40 @@ def test_runs_are_paired_by_seed_and_summarised_with_intervals(base):
     assert result["oracle"] == pytest.approx({k: 1.0 for k in OBJECTIVES}, abs=1e-5)
     assert all(r["drift"] > 0 for r in result["runs"])
     assert "otca" in result["verdicts"]
+    # the samples shown: seed 0's, the same base-model images at iteration 0 in both variants, not after
+    samples = result["samples"]
+    assert samples["seed"] == 0 and samples["iterations"] == [0, 1] and len(samples["prompts"]) == 2
+    assert samples["first"]["multi_grpo"] == samples["first"]["otca"]
+    assert samples["last"]["multi_grpo"] != samples["last"]["otca"]
+    assert samples["first"]["otca"] != samples["last"]["otca"]
+    assert all(p.startswith("a ") and " on " in p for p in samples["prompts"])
+
+
+def test_the_report_opens_with_each_variants_samples_before_and_after(base, tmp_path):
+    import numpy as np
+    from PIL import Image
+
+    from otca_patch.demo.report import samples_grid, write_report
+
+    config, _, _ = base
+    result = run_experiment(tiny_config(out=config.out, grpo_steps=1, modes="multi_grpo,otca"), log=lambda msg: None)
+    paths = write_report(result, tmp_path)
+    assert tmp_path / "samples.png" in paths
+    report = (tmp_path / "report.md").read_text()
+    assert "![samples](samples.png)" in report.split("## Setup")[0]  # before the setup and the tables
+    assert "samples" not in json.loads((tmp_path / "metrics.json").read_text())
+    written = np.asarray(Image.open(tmp_path / "samples.png").convert("RGB"))
+    grid = samples_grid(result)
+    assert np.array_equal(written, np.asarray(grid.image))
+    cell = {key: written[top:bottom, left:right] for key, (left, top, right, bottom) in grid.boxes.items()}
+    assert sorted(grid.boxes) == [(row, c) for row in (0, 1) for c in range(4)]  # 2 variants x 2 prompts x 2 times
+    for c in (0, 1):
+        assert np.array_equal(cell[0, c], cell[1, c])  # iteration 0: the base model in both rows
+        assert not np.array_equal(cell[0, 2 + c], cell[1, 2 + c])  # after training: each variant's own
+        # an 8-pixel image enlarged sharply: each pixel a block of equal values
+        image = np.asarray(result["samples"]["first"]["otca"][c], dtype=np.uint8)
+        block = cell[1, c].shape[0] // image.shape[0]
+        assert np.array_equal(cell[1, c], np.kron(image, np.ones((block, block, 1), dtype=np.uint8)))
 
 
 def test_finished_runs_are_kept_and_reused_with_resume(base, tmp_path, monkeypatch):
@@ -201,6 +235,7 @@ def test_demo_command_writes_the_report_and_reuses_the_cached_base_model(tmp_pat
     report = (tmp_path / "report.md").read_text()
     assert "gap closed" in report and "Verdict" in report
     assert (tmp_path / "reward_curves.png").read_bytes()[:4] == b"\x89PNG"
+    assert (tmp_path / "samples.png").read_bytes()[:4] == b"\x89PNG" and "![samples](samples.png)" in report
     assert cli.main(_tiny_flags(tmp_path)) == 0
     assert json.loads((tmp_path / "metrics.json").read_text())["base_model"]["cached"] is True
     assert "otca - multi_grpo" in capsys.readouterr().out.replace("`", "")

@@ -9,6 +9,7 @@ import pytest
 
 from otca_patch.ab.cli import side_argv
 from otca_patch.ab.workdir import make_working_copy, output_dirs_of
+from sample_grid_checks import check_ab_samples
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -52,18 +53,27 @@ SPEC = textwrap.dedent('''\
     reads = ["step", "rewards"]
 ''')
 
-# observe logs and leaves the rewards alone; --otca "trains better": doubles the first objective
+# observe logs and leaves the rewards alone; --otca "trains better": doubles the first objective.
+# Each step's two samples are grey images as bright as 0.1 * step (OTCA's second one brighter after
+# the first step), kept as a real runtime keeps them.
 RUNTIME = textwrap.dedent('''\
+    import torch
     from otca_patch.runlog import RunLog
+    from otca_patch.samples import SampleKeeper
 
     class Runtime:
         def __init__(self, config, spec):
             self.config, self.log_file = config, RunLog(config.otca_log_dir)
+            self.keeper = SampleKeeper(config.otca_log_dir)
         def describe(self):
             return "synthetic"
         def log(self, step, rewards):
+            images = torch.full((2, 3, 16, 16), 0.1 * step)
             if self.config.otca:
                 rewards = [[2 * r[0], r[1]] for r in rewards]
+                images[1] += 0.05 * (step - 1)
+            self.keeper.add(images, ["a cat", "a dog"])
+            self.keeper.end_step(step)
             self.log_file.write({"step": step, "rank": 0, "world_size": 1, "mode": self.config.otca_mode,
                                  "observe": self.config.otca_observe, "objectives": ["upstream", "clip_t"],
                                  "rewards": rewards, "step_weights": [[1.0, 0.5, 1.5]] * 2,
@@ -144,6 +154,8 @@ def test_ab_compare_runs_both_sides_apart_and_reports(synthetic, tmp_path):
     assert "| vanilla | vanilla, observed" in report and "| otca | OTCA, mode otca" in report
     assert (out / "compare" / "step_weights_otca.png").is_file()
     assert not (out / "compare" / "step_weights_vanilla.png").exists()
+    assert report.splitlines()[2] == "![samples](samples.png)"  # the samples open the report
+    check_ab_samples(out, columns=2, last_differs=[False, True])
     # a second A/B into the same folder is refused, the first is kept
     again = subprocess.run(command, cwd=upstream, env=env, capture_output=True, text=True, timeout=300)
     assert again.returncode == 2 and "already holds a run" in again.stderr
@@ -179,6 +191,8 @@ def test_seeds_run_each_side_once_per_seed_and_the_report_counts_them(synthetic,
             assert first == pytest.approx((2 if side == "otca" else 1) * (0.2 + 0.005 * seed)), (side, seed)
     report = (out / "compare" / "report.md").read_text()
     assert "| vanilla (3 runs) | otca (3 runs) |" in report and "over 3 seed pairs" in report
+    assert "![samples](samples.png)" in report and "(each side's first seed)" in report
+    assert (out / "compare" / "samples.png").is_file()
     for flag in ("1", "1,1", "a,b"):
         bad = subprocess.run(command[:4] + [flag, "launch.sh"], cwd=upstream, env=env, capture_output=True,
                              text=True, timeout=120)

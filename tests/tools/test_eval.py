@@ -1,6 +1,7 @@
 """`otca-patch eval` with a tiny FLUX pipeline, tiny reward checkpoints and DanceGRPO-layout checkpoints."""
 import json
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -60,6 +61,8 @@ def test_table_one_rows_per_checkpoint_and_a_resumed_run_recomputes_only_what_is
     assert (out / "table.md").read_text().startswith(HEADER)
     results = json.loads((out / "results.json").read_text())
     assert len(results["checkpoints"]["checkpoint-10-0"]["per_prompt"]) == 3
+    check_samples_grid(out, results, ["a red circle on a white background", "a blue square in the snow",
+                                      "a green star at night"])
 
     cache = out / "cache"
     before = entry_times(cache)
@@ -91,6 +94,29 @@ def test_table_one_rows_per_checkpoint_and_a_resumed_run_recomputes_only_what_is
         scored = rewards.score([Image.fromarray(image.astype(np.uint8))], [prompt])
         assert dict(zip(scored.names, scored.scores[0].tolist())) == pytest.approx(entry["scores"], rel=1e-6, abs=1e-7)
     _close(table_rows(captured.out), first)
+
+
+def check_samples_grid(out, results, prompts):
+    """samples.png beside table.md (which shows it): rows base, checkpoint-10-0, checkpoint-20-0 (the
+    base weights); each cell is the image its row scored for its column's prompt, enlarged."""
+    from otca_patch.evaluation.cache import EntryCache
+    from otca_patch.evaluation.cli import samples_grid
+
+    assert "![samples](samples.png)" in (out / "table.md").read_text()
+    labels = list(results["checkpoints"])
+    caches = [EntryCache(Path(results["checkpoints"][label]["cache"]), {}) for label in labels]
+    grid = samples_grid(labels, caches, prompts)
+    written = np.asarray(Image.open(out / "samples.png").convert("RGB"))
+    assert np.array_equal(written, np.asarray(grid.image))
+    assert sorted(grid.boxes) == [(row, c) for row in range(3) for c in range(3)]
+    cell = {key: written[top:bottom, left:right] for key, (left, top, right, bottom) in grid.boxes.items()}
+    for c in range(3):
+        source = np.asarray(Image.open(caches[0].image(c)).convert("RGB"))  # 32 x 32
+        block = cell[0, c].shape[0] // source.shape[0]
+        assert np.array_equal(cell[0, c], np.kron(source, np.ones((block, block, 1), dtype=np.uint8)))
+        assert np.array_equal(cell[0, c], cell[2, c])  # the base weights again: the same picture
+        assert not np.array_equal(cell[0, c], cell[1, c])  # trained weights: another picture
+    assert not np.array_equal(cell[0, 0], cell[0, 1])  # another prompt and seed: another picture
 
 
 def _close(rows, reference):
@@ -194,6 +220,10 @@ def test_eval_smoke_runs_end_to_end_from_the_command_line(tmp_path):
     rows = table_rows(done.stdout)
     assert list(rows) == ["base", "checkpoint-10-0"] and rows["base"] != rows["checkpoint-10-0"]
     assert len(rows["base"]) == 5 and (tmp_path / "e" / "table.md").is_file()
+    assert "samples.png" in done.stderr.splitlines()[-1]
+    with Image.open(tmp_path / "e" / "samples.png") as grid:  # two checkpoints x three prompts of 32 px, enlarged
+        assert grid.width >= 3 * 32 and grid.height >= 2 * 32
+    assert "![samples](samples.png)" in (tmp_path / "e" / "table.md").read_text()
     refused = subprocess.run([sys.executable, "-m", "otca_patch.cli", "eval", "--smoke", "--base", "x"],
                              capture_output=True, text=True, timeout=300, cwd=tmp_path,
                              env={**__import__("os").environ, "PYTHONPATH": str(repo)})

@@ -5,6 +5,8 @@ import sys
 
 import pytest
 
+from sample_grid_checks import check_ab_samples
+
 from .conftest import REPO
 
 pytestmark = pytest.mark.upstream
@@ -27,3 +29,6 @@ def test_smoke_ab_run_produces_a_report_with_plots(dancegrpo, tmp_path):
     vanilla = (out / "vanilla" / "reward.txt").read_text().split()
     otca = (out / "otca" / "reward.txt").read_text().split()
     assert len(vanilla) == len(otca) == 2 and vanilla[0] == otca[0]
+    # the samples open the report: both sides' step-1 samples alike, their step-2 samples not
+    assert report.splitlines()[2] == "![samples](samples.png)"
+    check_ab_samples(out, columns=4)
