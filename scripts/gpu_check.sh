@@ -238,7 +238,7 @@ else
     OTCA_UPSTREAM_MIXGRPO="${upstreams[MixGRPO]:-}" timeout -k 10 "$launch_limit" \
     "$python" -m otca_patch.rehearsal --device "$device" --out "$work/launch" $launch_targets) > "$work/launch.log" 2>&1
   status=$?
-  grep -E '^(PASS|FAIL) ' "$work/launch.log"
+  grep -E '^(PASS|FAIL|NOT RUN) ' "$work/launch.log"
   if [ $status -ne 0 ]; then
     failed=1
     grep -q '^launch rehearsal: failed' "$work/launch.log" \

@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from . import runner
+from .plan import NotRunnable
 
 PROG = "python -m otca_patch.rehearsal"
 NOT_FAMILIES = {"__main__", "credit_check", "launch_script", "plan", "runner", "standins", "upstreams"}
@@ -47,6 +48,8 @@ def rehearse_target(target: str, module, out: Path, device: str, keep: bool) -> 
     work.mkdir(exist_ok=True)
     try:
         plan = module.plan(target, work, device)
+    except NotRunnable as exc:
+        return f"NOT RUN {target} {exc}"
     except Exception as exc:  # the plan could not be made: a line, with the trace in the logs
         (folder / "plan_error.txt").write_text(traceback.format_exc())
         return f"FAIL {target} the rehearsal could not be prepared: {type(exc).__name__}: {str(exc)[:240]}"
@@ -90,7 +93,7 @@ def main(argv=None) -> int:
             replaced = out / target / "replacements.txt"
             if replaced.is_file():  # what was replaced for this machine, under its line
                 print("".join(f"    replaced: {line}\n" for line in replaced.read_text().splitlines()), end="")
-    failed = [line for line in lines if not line.startswith("PASS ")]
+    failed = [line for line in lines if not line.startswith(("PASS ", "NOT RUN "))]
     seconds = time.monotonic() - started
     verdict = f"passed ({len(lines)} targets)" if not failed else f"failed ({len(failed)} of {len(lines)} targets)"
     print(f"launch rehearsal: {verdict} in {seconds:.0f} s, logs in {out}", flush=True)

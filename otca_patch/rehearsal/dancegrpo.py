@@ -108,9 +108,9 @@ def tiny_hps(folder: Path) -> tuple[Path, list[str]]:
     torch.save(state, checkpoints / "open_clip_pytorch_model.bin")
     config = folder / "ViT-H-14.json"
     config.write_text(json.dumps(tiny._TINY_CLIP_CFG))
-    return config, [f"HPS v2.1 (ViT-H-14, from the HPSv2 checkout) -> a 1-layer 32-wide hpsv2 CLIP written as "
-                    f"hps_ckpt/open_clip_pytorch_model.bin and hps_ckpt/HPS_v2.1_compressed.pt; hpsv2's "
-                    f"ViT-H-14 config -> that tiny one"]
+    return config, ["HPS v2.1 (ViT-H-14, from the HPSv2 checkout) -> a 1-layer 32-wide hpsv2 CLIP written as "
+                    "hps_ckpt/open_clip_pytorch_model.bin and hps_ckpt/HPS_v2.1_compressed.pt; hpsv2's "
+                    "ViT-H-14 config -> that tiny one"]
 
 
 def flux_embeddings(flux: Path, out: Path, prompts=IMAGE_PROMPTS) -> Path:

@@ -22,7 +22,7 @@ from typing import Callable
 
 from . import upstreams
 from .launch_script import launcher_line, set_options, split_launcher
-from .plan import Plan
+from .plan import NotRunnable, Plan
 
 TARGETS = ("flowgrpo-sd3", "flowgrpo-flux", "flowgrpo-qwenimage")
 RANKS = 2
@@ -221,7 +221,7 @@ def ranks_on(device: str, spec: Target) -> int:
 
     ranks = max(1, min(RANKS, torch.cuda.device_count()))
     if ranks < spec.min_ranks:
-        raise ValueError(f"upstream's {spec.script} runs on no fewer than {spec.min_ranks} processes (it reads DDP's "
+        raise NotRunnable(f"upstream's {spec.script} runs on no fewer than {spec.min_ranks} processes (it reads DDP's "
                          f"transformer.module), one GPU each, and this machine has {torch.cuda.device_count()} GPU(s)")
     return ranks
 

@@ -9,6 +9,11 @@ from pathlib import Path
 from typing import Callable
 
 
+class NotRunnable(Exception):
+    """This machine cannot host the target as upstream launches it (too few GPUs): said as a NOT RUN
+    line, which is no failure, where the smoke step of the GPU check says NOT RUN for the same reason."""
+
+
 @dataclass
 class Plan:
     """One target's rehearsal. ``command``, ``metrics`` and ``checkpoint_saved`` take the run folder

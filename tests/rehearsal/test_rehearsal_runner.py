@@ -200,3 +200,20 @@ def test_an_unknown_target_is_refused_naming_the_known_ones(capsys):
     error = capsys.readouterr().err
     assert "not a rehearsal target: dancegrpo-nope (they are: " in error
     assert "dancegrpo-flux" in error and "mixgrpo-flux" in error
+
+
+def test_a_target_this_machine_cannot_host_is_not_run_and_is_no_failure(tmp_path, monkeypatch, capsys):
+    import types
+
+    from otca_patch.rehearsal import __main__ as rehearsal
+    from otca_patch.rehearsal.plan import NotRunnable
+
+    def plan(target, work, device):
+        raise NotRunnable("it runs on no fewer than 2 processes, one GPU each, and this machine has 1 GPU(s)")
+
+    family = types.SimpleNamespace(TARGETS=("fake-two-gpus",), plan=plan)
+    monkeypatch.setattr(rehearsal, "families", lambda: {"fake-two-gpus": family})
+    assert rehearsal.main(["--out", str(tmp_path / "out"), "fake-two-gpus"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "NOT RUN fake-two-gpus it runs on no fewer than 2 processes, one GPU each, and this machine has 1 GPU(s)" in lines
+    assert lines[-1].startswith("launch rehearsal: passed (1 targets) in ")
