@@ -35,7 +35,7 @@ def test_a_copy_of_a_targeted_trainer_stops_before_it_runs_and_names_the_spec(sy
     stop = [line for line in done.stderr.splitlines() if "is not a file the layer targets" in line]
     assert len(stop) == 1, done.stderr
     assert stop[0].startswith("otca-patch launch: error: trainer/train_mine.py")
-    assert "spec synthetic-trainer" in stop[0] and f"--otca_target synthetic-trainer={COPY}" in stop[0]
+    assert "a copy of trainer/train.py" in stop[0] and f"--otca_target synthetic-trainer={COPY}" in stop[0]
     assert "Traceback" not in done.stderr
 
 
