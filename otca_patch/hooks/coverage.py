@@ -95,7 +95,9 @@ def classify(path: Path, checkout: Path, specs: Sequence[TargetSpec]) -> Verdict
     launch give. In order: not a GRPO trainer (``trainer_kind``); a copy (``closest_spec``) of a
     trainer of ``checkout``'s upstream, whose spec holds on it or not; else, for a GRPO trainer, any
     spec that holds on it, else it needs a spec of its own; else nothing to say."""
+    from .rewrite import holds
     from .select import failures
+    from .source import read_source
 
     kind = trainer_kind(path)
     if kind == NOT_GRPO:
@@ -107,7 +109,8 @@ def classify(path: Path, checkout: Path, specs: Sequence[TargetSpec]) -> Verdict
         return Verdict(OWN_SPEC if failed else COPY, spec, share, failed)
     if kind != GRPO:
         return Verdict(UNRELATED)
-    holding = next((spec for spec in specs if not failures(str(path), spec)), None)
+    source = read_source(str(path))
+    holding = next((spec for spec in specs if holds(source, spec, str(path))), None)
     return Verdict(COPY, holding) if holding is not None else Verdict(OWN_SPEC)
 
 
