@@ -319,6 +319,21 @@ def test_a_copy_the_flux_spec_holds_on_gets_the_otca_target_that_doctor_gives(da
     assert line.startswith(f"otca-patch launch: error: {file} is not a file the layer targets: {said}"), line
 
 
+def test_a_reformatted_copy_below_the_copy_share_gets_the_spec_that_holds_on_it(dancegrpo_trainers):
+    """Reformatted (``ast.unparse``), the FLUX trainer shares too few lines to be a copy by lines, but
+    it is a GRPO trainer the FLUX spec's hook points hold on: doctor and the launch name that spec."""
+    import ast
+
+    checkout = dancegrpo_trainers
+    file = "fastvideo/train_grpo_flux_fmt.py"
+    (checkout / file).write_text(ast.unparse(ast.parse((checkout / FLUX).read_text())))
+    said = doctor_clause(checkout, file)
+    assert said == f"dancegrpo-flux's spec holds on it: --otca_target dancegrpo-flux={file}"
+    script = write_script(checkout, f"touch started\npython {file}")
+    line = assert_refused_before_it_ran(wrapper(checkout, real_env(), str(script), "--otca"), checkout)
+    assert line.startswith(f"otca-patch launch: error: {file} is not a file the layer targets: {said}"), line
+
+
 def test_from_another_projects_checkout_a_grpo_trainer_needs_a_spec_of_its_own(tmp_path):
     """A derivative's own checkout (no file the specs target): not "run from the upstream checkout",
     but what doctor says of its trainer."""

@@ -88,10 +88,9 @@ class PythonEntry:
             return self.folder / (self.module.replace(".", "/") + ".py")
         return Path(os.path.normpath(self.folder / os.path.expanduser(self.token)))
 
-    def is_file(self, file: str, workdir: Path) -> bool:
+    def runs(self, file: str) -> bool:
         """Whether this entry runs the targeted ``file`` ("/"-separated, inside a checkout): a path
-        ending in it (as written, normalised, or with its symlinks followed), the file at ``workdir``
-        itself, or ``-m`` of its module from ``workdir``."""
+        ending in it (normalised, or with its symlinks followed), or ``-m`` of its module."""
         if self.built:
             return False
         if self.module is not None:
@@ -99,15 +98,8 @@ class PythonEntry:
         path, want = self.path, tuple(file.split("/"))
         if path.parts[-len(want):] == want:
             return True
-        real = Path(os.path.realpath(path))
-        return real.parts[-len(want):] == want or _same_file(path, workdir / file)
-
-
-def _same_file(one: Path, other: Path) -> bool:
-    try:
-        return os.path.samefile(one, other)
-    except OSError:
-        return False
+        real = Path(os.path.realpath(path))  # as the start-up hook and the worker read it
+        return real.parts[-len(want):] == want
 
 
 def python_entry_list(text: str, workdir: Path) -> list[PythonEntry]:
@@ -139,8 +131,8 @@ def _changed(folder: Path | None, target: str) -> Path | None:
 
 def named_paths(file: str, text: str, workdir: Path) -> list[Path]:
     """Where ``text`` runs the targeted ``file`` ("/"-separated, inside a checkout), read as the
-    command would from ``workdir`` (``PythonEntry.is_file``), each normalised."""
-    paths = [entry.path for entry in python_entry_list(text, workdir) if entry.is_file(file, workdir)]
+    command would from ``workdir`` (``PythonEntry.runs``), each normalised."""
+    paths = [entry.path for entry in python_entry_list(text, workdir) if entry.runs(file)]
     return list(dict.fromkeys(paths))
 
 
