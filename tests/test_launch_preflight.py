@@ -281,6 +281,18 @@ def test_flowgrpos_dpo_and_sft_trainers_are_not_grpo_for_the_launch_and_for_doct
     assert "--otca_target" not in line and "a copy of" not in line
 
 
+def test_rebase_says_in_short_what_doctor_says_of_each_uncovered_trainer():
+    from otca_patch.hooks.coverage import uncovered_summary
+    from otca_patch.hooks.spec import load_specs
+
+    checkout = newer_checkout("flow_grpo", "9745241", "scripts/train_sd3_dpo.py")
+    assert uncovered_summary(checkout, load_specs()) == [
+        "trainer files no spec covers (3):",
+        "  scripts/train_bagel.py: a GRPO trainer without a spec yet: it needs a spec of its own",
+        "  scripts/train_sd3_dpo.py: not a GRPO trainer: launch it without --otca",
+        "  scripts/train_sd3_sft.py: not a GRPO trainer: launch it without --otca"]
+
+
 def branch_trainer(checkout: Path) -> str:
     """A renamed, restructured copy of the FLUX trainer (BranchGRPO-like): most of its lines, its
     hooked step function renamed, so no spec's hook points hold on it."""

@@ -17,6 +17,11 @@ NOT_GRPO_ADVICE = "not a GRPO trainer: launch it without --otca"
 #: the verdicts on a Python file that no spec targets by its path (``classify``)
 COPY, OWN_SPEC, NOT_GRPO_FILE, UNRELATED = "copy", "own_spec", "not_grpo", "unrelated"
 
+#: ``rebase``'s words for ``classify``'s verdicts (a copy's names its spec)
+SHORT_VERDICTS = {NOT_GRPO_FILE: NOT_GRPO_ADVICE,
+                  OWN_SPEC: "a GRPO trainer without a spec yet: it needs a spec of its own",
+                  UNRELATED: "no GRPO loss in it and no copy of a trainer: nothing for --otca to patch"}
+
 #: trainer scripts, looked for in the folders that hold a spec's file (fastvideo/, scripts/)
 TRAINER_PATTERN = "train*.py"
 
@@ -152,14 +157,15 @@ def _advice(checkout: Path, file: str, specs: Sequence[TargetSpec]) -> str:
 
 
 def uncovered_summary(checkout: Path, specs: Sequence[TargetSpec]) -> list[str]:
-    """``rebase``'s short lines on the trainer files no spec covers: which are GRPO trainers that
-    need a spec of their own, and which are not GRPO (``trainer_kind``)."""
+    """``rebase``'s short lines on the trainer files no spec covers: ``classify``'s verdict on each,
+    in fewer words."""
     uncovered = uncovered_trainers(checkout, specs)
     if not uncovered:
         return []
-    kinds = {file: trainer_kind(checkout / file) for file in uncovered}
     lines = [f"trainer files no spec covers ({len(uncovered)}):"]
     for file in uncovered:
-        lines.append(f"  {file}: " + ("not a GRPO trainer: launch it without --otca" if kinds[file] == NOT_GRPO
-                                      else "a GRPO trainer without a spec yet: it needs a spec of its own"))
+        verdict = classify(checkout / file, checkout, specs)
+        said = (f"{verdict.spec.name}'s spec holds on it: --otca_target {verdict.spec.name}={file}"
+                if verdict.kind == COPY else SHORT_VERDICTS[verdict.kind])
+        lines.append(f"  {file}: {said}")
     return lines

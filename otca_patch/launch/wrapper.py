@@ -10,13 +10,14 @@ travel in ``$OTCA_PATCH_ARGS`` and the startup hook (``startup/sitecustomize.py`
 ``PYTHONPATH``) turns each targeted trainer process into the layer's worker. Without ``--otca`` or
 ``--otca_observe`` the script runs exactly as published: no variable is set, no hook is installed.
 
-With the layer, before anything starts: the flags, the objectives' registry names and options, and
-the hook points of every targeted file the launch names (and of every ``--otca_target`` file) are
-checked. While it runs, nothing trains without the layer (docs/launch-guard.md): a Python process
-that never checks in with the launch (``python -I``, ``-E``, ``-S``, ``env -i``) stops the launch
-within seconds; in a process the layer did not patch, the first optimizer step raises, naming the
-code and its nearest spec; a copy of a targeted trainer stops at start (``--otca_target NAME=PATH``
-runs it patched). ``-m`` launches are patched like path launches. When the launch ends without any
+With the layer, before anything starts: the flags (the objectives' registry names and options, the
+weights against the launched trainer's objectives, target-only flags, the log folder), and the hook
+points of every targeted file the launch names (and of every ``--otca_target`` file) are checked; a
+launched script that is no target gets doctor's verdict on it (``hooks.coverage.classify``). While it
+runs, nothing trains without the layer (docs/launch-guard.md): a Python process that never checks
+in with the launch (``python -I``, ``-E``, ``-S``, ``env -i``) stops the launch within seconds; in a
+process the layer did not patch, the first optimizer step raises, with doctor's verdict on the code;
+a copy of a targeted trainer stops at start, with the same verdict. ``-m`` launches are patched like path launches. When the launch ends without any
 process having run a targeted file, the launch fails and names the Python scripts that did run.
 """
 from __future__ import annotations
