@@ -113,7 +113,8 @@ def prepare_run_folder(rank: int, reward_root: Path) -> str:
         Path("hps_ckpt").mkdir(exist_ok=True)
         shutil.copy(tiny.build_hpsv2(reward_root), "hps_ckpt/HPS_v2.1_compressed.pt")
         Path("assets").mkdir(exist_ok=True)
-        Path("assets/prompts.txt").write_text("\n".join(PROMPTS) + "\n")
+        for prompts in ("assets/prompts.txt", "prompts.txt"):  # the latter: trees older than the hpsv2 rename
+            Path(prompts).write_text("\n".join(PROMPTS) + "\n")
         build_tiny_sd(Path("data/stable-diffusion-v1-4"))
     dist.barrier()
     return tiny.register_tiny_hpsv2(reward_root)
