@@ -82,6 +82,8 @@ class OtcaConfig:
                              f"--otca_observe (the layer acts on them)")
         if not self.otca_log_dir.strip():
             raise ValueError("--otca_log_dir: empty; give the folder for run_log.jsonl (default otca_logs)")
+        if self.otca_video_frames < 1:
+            raise ValueError(f"--otca_video_frames: give at least 1 frame per video, got {self.otca_video_frames}")
         if self.otca_rank_check_timeout is not None and not self.otca_rank_check_timeout > 0:
             raise ValueError(f"--otca_rank_check_timeout: give a positive number of seconds, got {self.otca_rank_check_timeout}")
         self.credit_config()  # validates every credit option, naming it

@@ -99,11 +99,7 @@ class Objectives:
         self.names = tuple(column for name in names for column in self.columns_of[name])
         if len(set(self.names)) != len(self.names):
             raise ValueError(f"--otca_rewards: objectives repeat once expanded: {', '.join(self.names)}")
-        if weights is not None and len(weights) != len(self.names):
-            expansions = [f"{name} = {','.join(columns)}" for name, columns in self.columns_of.items() if len(columns) > 1]
-            said = f" ({'; '.join(expansions)})" if expansions else ""
-            raise ValueError(f"--otca_objective_weights: {len(weights)} weights for {len(self.names)} objective columns "
-                             f"{','.join(self.names)}{said}; {WEIGHTS_RULE}")
+        check_weight_count(weights, self.columns_of)
 
     @property
     def needs_images(self) -> bool:
@@ -143,6 +139,32 @@ class Objectives:
                 scores = model.score_all(stills, still_prompts).reshape(batch, len(picked), -1).mean(dim=1)
             columns.update({name: scores[:, i].float() for i, name in enumerate(model.outputs)})
         return columns
+
+
+def check_weight_count(weights: Optional[Sequence[float]], columns_of: Mapping[str, Sequence[str]]) -> None:
+    """``--otca_objective_weights`` gives one weight per objective column: ``columns_of`` maps each
+    ``--otca_rewards`` name to the columns it stands for. A one-line ``ValueError`` naming the flag."""
+    names = [column for columns in columns_of.values() for column in columns]
+    if weights is not None and len(weights) != len(names):
+        expansions = [f"{name} = {','.join(columns)}" for name, columns in columns_of.items() if len(columns) > 1]
+        said = f" ({'; '.join(expansions)})" if expansions else ""
+        raise ValueError(f"--otca_objective_weights: {len(weights)} weights for {len(names)} objective columns "
+                         f"{','.join(names)}{said}; {WEIGHTS_RULE}")
+
+
+def expected_columns(names: Sequence[str], upstream: UpstreamRewards) -> dict:
+    """``{name: its columns}`` as ``Objectives`` will expand ``names`` against ``upstream``, before any
+    model loads: a registry model by the outputs its class declares, any other name (a key of the
+    trainer's own rewards) as one column. Raises ``ImportError`` when a registry adapter cannot be
+    imported here (its outputs are then unknown)."""
+    from .rewards.registry import available, output_names
+
+    columns = {}
+    for name in names:
+        resolved = upstream.resolve(name)
+        columns[name] = (list(resolved) if resolved is not None else
+                         list(output_names(name)) if name in available() else [name])
+    return columns
 
 
 def check_objective_flags(names: Sequence[str], checkpoints: Mapping, options: Mapping,

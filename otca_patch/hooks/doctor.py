@@ -9,12 +9,16 @@ from pathlib import Path
 from ..files import shown_path
 from ..help_text import PlainHelpFormatter
 from .checkout import check_upstream_dir
-from .coverage import coverage_lines
+from .coverage import coverage_lines, uncovered_lines
 from .explicit_targets import explicit_specs, not_overridden, resolve_in
 from .rewrite import check
 from .select import SpecChoiceError, choose_spec
 from .source import file_sha256, read_source
 from .spec import TargetSpec, default_patches_dir, load_specs
+
+
+class NoTargetedFile(ValueError):
+    """The folder doctor was given holds none of the files the specs target."""
 
 
 def checkout_commit(directory: Path) -> str:
@@ -92,7 +96,7 @@ def diagnose(upstream_dir: Path, specs: list[TargetSpec]) -> tuple[list[dict], b
                          "sha256": digest, "verified_sha256": spec.verified_sha256,
                          "verified_commit": spec.verified_commit})
     if not seen:
-        raise ValueError(f"{upstream_dir} holds none of the files the hook specs target "
+        raise NoTargetedFile(f"{upstream_dir} holds none of the files the hook specs target "
                          f"({', '.join(sorted({s.file for s in specs}))}); is it an upstream checkout?")
     return rows, all_hold
 
@@ -132,6 +136,9 @@ def main(argv=None) -> int:
         rows, all_hold = diagnose(args.upstream_dir, not_overridden(specs, explicit, args.upstream_dir) + explicit)
     except ValueError as exc:
         print(f"otca-patch doctor: error: {exc}", file=sys.stderr)
+        if isinstance(exc, NoTargetedFile):  # another project's checkout: still say what its trainers are
+            for line in uncovered_lines(args.upstream_dir, specs, explicit):
+                print(line)
         return 2
     # the details first, the verdicts last: the summary is the line a reader sees at the end
     print(format_report(args.upstream_dir, rows))

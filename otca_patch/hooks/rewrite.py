@@ -73,6 +73,25 @@ def check(source: str, spec: TargetSpec, filename: str = "<upstream>") -> list[H
     return statuses
 
 
+def holds(source: str, spec: TargetSpec, filename: str = "<upstream>") -> bool:
+    """Whether every pin and hook of ``spec`` holds on ``source`` (``check``, stopping at the first
+    that does not: what telling which spec, if any, fits a file needs)."""
+    try:
+        tree = ast.parse(source, filename=filename)
+    except SyntaxError:
+        return False
+    for pin in spec.pins:
+        if _locate(tree, pin)[1]:
+            return False
+    for hook in spec.hooks:
+        matches, problem = _locate(tree, hook)
+        if problem:
+            return False
+        for match in reversed(matches):
+            _apply(hook, match)
+    return True
+
+
 def _tails(matches: list[pattern.Match]) -> tuple:
     return tuple(dict.fromkeys(ast.unparse(tail) for match in matches for tail in match.tails))
 

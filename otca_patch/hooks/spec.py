@@ -92,10 +92,10 @@ class TargetSpec:
     extends: tuple = ()  # the skeletons it extends, nearest first
 
     def matches_script(self, script: str | os.PathLike) -> bool:
-        """Whether a launched script path is this spec's upstream file (by its trailing path)."""
-        parts = Path(os.path.abspath(script)).parts
+        """Whether a launched script path is this spec's upstream file (by its trailing path, as
+        written or with its symlinks followed)."""
         want = tuple(self.file.split("/"))
-        return parts[-len(want):] == want
+        return any(Path(path).parts[-len(want):] == want for path in (os.path.abspath(script), os.path.realpath(script)))
 
 
 #: the specs shipped inside the package (in a checkout, a link to the top-level ``patches/``)

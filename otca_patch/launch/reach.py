@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
@@ -57,29 +58,89 @@ def module_of(file: str) -> str:
     return file[:-3].replace("/", ".") if file.endswith(".py") else file
 
 
+#: ``cd DIR`` followed by ``&&`` or ``;`` (or ending its line): where the commands after it run
+CD_TOKEN = re.compile(r"""(?:^|(?<=[\s;&|('"]))cd\s+(['"]?)([^\s'";&|()<>]+)\1(?=\s*(?:&&|;|$|['"]))""")
+
+
+@dataclass(frozen=True)
+class PythonEntry:
+    """A Python script or ``-m`` module a launch's text names: ``token`` as written (``-m NAME`` for
+    a module), ``folder`` the working directory the shell would run it in (None: built at run time,
+    by a ``$VAR`` in the token or in a ``cd`` before it)."""
+
+    token: str
+    folder: Path | None
+
+    @property
+    def module(self) -> str | None:
+        return self.token[3:] if self.token.startswith("-m ") else None
+
+    @property
+    def built(self) -> bool:
+        return self.folder is None or "$" in self.token or "`" in self.token
+
+    @property
+    def path(self) -> Path | None:
+        """The script's path, normalised (``./``, ``//``, ``..`` resolved lexically; symlinks kept)."""
+        if self.built:
+            return None
+        if self.module is not None:  # -m puts the folder it runs in first on the path
+            return self.folder / (self.module.replace(".", "/") + ".py")
+        return Path(os.path.normpath(self.folder / os.path.expanduser(self.token)))
+
+    def runs(self, file: str) -> bool:
+        """Whether this entry runs the targeted ``file`` ("/"-separated, inside a checkout): a path
+        ending in it (normalised, or with its symlinks followed), or ``-m`` of its module."""
+        if self.built:
+            return False
+        if self.module is not None:
+            return self.module == module_of(file)
+        path, want = self.path, tuple(file.split("/"))
+        if path.parts[-len(want):] == want:
+            return True
+        real = Path(os.path.realpath(path))  # as the start-up hook and the worker read it
+        return real.parts[-len(want):] == want
+
+
+def python_entry_list(text: str, workdir: Path) -> list[PythonEntry]:
+    """Every Python script and ``-m`` module ``text`` names, in order, each with the folder it would
+    run in: ``workdir``, changed by a ``cd DIR`` before it on its line (``cd sub && python x.py``,
+    ``bash -c 'cd sub; python x.py'``) or by a line that is ``cd DIR`` alone."""
+    found, folder = [], workdir
+    for line in code_lines(text):
+        here = folder
+        events = sorted([(m.start(), "cd", m.group(2)) for m in CD_TOKEN.finditer(line)]
+                        + [(m.start(1), "py", m.group(1)) for m in PY_TOKEN.finditer(line)]
+                        + [(m.start(1), "m", m.group(1)) for m in MODULE_TOKEN.finditer(line)])
+        for _, kind, value in events:
+            if kind == "cd":
+                here = _changed(here, value)
+            else:
+                found.append(PythonEntry(value if kind == "py" else f"-m {value}", here))
+        if CD_TOKEN.match(line.strip()) and not re.search(r"&&|;|\|\|", line):
+            folder = here  # a line that only changes the directory: the lines after it run there
+    return list(dict.fromkeys(found))
+
+
+def _changed(folder: Path | None, target: str) -> Path | None:
+    """``cd target`` from ``folder`` (None: not known before the launch runs)."""
+    if folder is None or "$" in target or "`" in target or target == "-":
+        return None
+    return Path(os.path.normpath(folder / os.path.expanduser(target)))
+
+
 def named_paths(file: str, text: str, workdir: Path) -> list[Path]:
     """Where ``text`` runs the targeted ``file`` ("/"-separated, inside a checkout), read as the
-    command would from ``workdir``: each path ending in ``file`` (absolute, or relative to
-    ``workdir``) and each ``-m`` of its module (``workdir`` on ``sys.path``)."""
-    paths = []
-    for match in re.finditer(r"([^\s'\"=();|&<>]*?)" + re.escape(file) + r"(?![\w.])", text):
-        prefix = match.group(1)
-        if "$" in prefix or "`" in prefix:
-            continue  # built at run time: each process is checked as it starts
-        named = os.path.expanduser(prefix + file)
-        paths.append(Path(named) if os.path.isabs(named) else workdir / named)
-    for module in MODULE_TOKEN.findall(text):
-        if module == module_of(file):
-            paths.append(workdir / file)
+    command would from ``workdir`` (``PythonEntry.runs``), each normalised."""
+    paths = [entry.path for entry in python_entry_list(text, workdir) if entry.runs(file)]
     return list(dict.fromkeys(paths))
 
 
 def python_entries(text: str) -> tuple[list[str], list[str]]:
     """(Python scripts and ``-m`` modules the text names literally, those it builds at run time)."""
     literal, built = [], []
-    for line in code_lines(text):
-        for token in PY_TOKEN.findall(line) + [f"-m {m}" for m in MODULE_TOKEN.findall(line)]:
-            (built if "$" in token or "`" in token else literal).append(token)
+    for entry in python_entry_list(text, Path(".")):
+        (built if entry.built else literal).append(entry.token)
     return list(dict.fromkeys(literal)), list(dict.fromkeys(built))
 
 

@@ -10,16 +10,17 @@ travel in ``$OTCA_PATCH_ARGS`` and the startup hook (``startup/sitecustomize.py`
 ``PYTHONPATH``) turns each targeted trainer process into the layer's worker. Without ``--otca`` or
 ``--otca_observe`` the script runs exactly as published: no variable is set, no hook is installed.
 
-With the layer, before anything starts: the flags, the objectives' registry names and options, and
-the hook points of every targeted file the launch names (and of every ``--otca_target`` file) are
-checked. While it runs, nothing trains without the layer (docs/launch-guard.md): a Python process
-that never checks in with the launch (``python -I``, ``-E``, ``-S``, ``env -i``) stops the launch
-within seconds; in a process the layer did not patch, the first optimizer step raises, naming the
-code and its nearest spec; a copy of a targeted trainer stops at start (``--otca_target NAME=PATH``
-runs it patched). Forks of a process that checked in (DataLoader workers) are the launch's own; an
-exec in place must check in anew. The launch lasts until the last process it started has ended: one
-still running when the script has ended is named, and stopped if it never checks in. ``-m`` launches
-are patched like path launches. When the launch ends without any
+With the layer, before anything starts: the flags (the objectives' registry names and options, the
+weights against the launched trainer's objectives, target-only flags, the log folder), and the hook
+points of every targeted file the launch names (and of every ``--otca_target`` file) are checked; a
+launched script that is no target gets doctor's verdict on it (``hooks.coverage.classify``). While it
+runs, nothing trains without the layer (docs/launch-guard.md): a Python process that never checks
+in with the launch (``python -I``, ``-E``, ``-S``, ``env -i``) stops the launch within seconds; in a
+process the layer did not patch, the first optimizer step raises, with doctor's verdict on the code;
+a copy of a targeted trainer stops at start, with the same verdict. Forks of a process that checked in
+(DataLoader workers) are the launch's own; an exec in place must check in anew. The launch lasts until
+the last process it started has ended: one still running when the script has ended is named, and
+stopped if it never checks in. ``-m`` launches are patched like path launches. When the launch ends without any
 process having run a targeted file, the launch fails and names the Python scripts that did run.
 """
 from __future__ import annotations
@@ -60,19 +61,19 @@ ENV_TARGETS = "OTCA_PATCH_TARGETS"
 ENV_SHAPES = "OTCA_PATCH_SHAPES"
 
 
-def preflight(launch_script: Path, workdir: Path, text: str | None, specs: list[TargetSpec]) -> list[str]:
+def preflight(launch_script: Path, workdir: Path, text: str | None, specs: list[TargetSpec]) -> dict[str, TargetSpec]:
     """Check the hook points of every targeted upstream file the launch script (or the command
-    line ``text``) names, before any process starts (each worker checks again). Returns the files
-    checked; raises ``PatchError``."""
+    line ``text``) names, before any process starts (each worker checks again). Returns ``{file
+    checked [spec name]: its spec}``; raises ``PatchError``."""
     text = command_text(launch_script, workdir, None) if text is None else text
-    checked = []
+    checked = {}
     for file in dict.fromkeys(spec.file for spec in specs):  # a path several upstreams share: its content picks
         path = next((p for p in reach.named_paths(file, text, workdir) if p.is_file()), None)
         if path is None:
             continue
         choice = choose_spec(path, [spec for spec in specs if spec.file == file])
         compile_target(read_source(str(path)), choice.spec, str(path))
-        checked.append(f"{file} [{choice.spec.name}]")
+        checked[f"{file} [{choice.spec.name}]"] = choice.spec
     return checked
 
 
@@ -101,10 +102,10 @@ def unreachable(launch_script: Path | None, workdir: Path, text: str, specs: lis
         problem = (f"{what} runs {reach.shown_files(named)}, which is not under the current directory {workdir}, "
                    f"so no process would train with the layer")
         return problem + "; " + _run_from_checkout(holding or nearby, launch_script, config)
+    verdict = _verdict_on(reach.python_entry_list(text, workdir), workdir, specs)
+    if verdict:  # a script doctor has a verdict on, in a checkout of an upstream or of another project
+        return verdict
     if here:  # run from a checkout, but the script runs none of its targets
-        copy = _copy_of(literal, workdir, specs)
-        if copy:
-            return copy
         runs = f"it runs {reach.shown_files(literal)}" if literal else "it names no Python script or module"
         return (f"{what} runs no trainer the layer targets ({runs}), so --otca would change nothing; targeted "
                 f"trainers here: {reach.shown_files(here)}. Launch one of their scripts, run this one without "
@@ -130,22 +131,25 @@ def _run_from_checkout(checkouts: dict, launch_script: Path | None, config: Otca
             + (f"; also {', '.join(others)}" if others else ""))
 
 
-def _copy_of(entries: list[str], workdir: Path, specs: list[TargetSpec]) -> str | None:
-    """The startup hook's message for a launched script that is a copy of a targeted trainer (by
-    doctor's rule, ``coverage.closest_spec``), said before anything runs."""
-    from ..hooks.coverage import closest_spec
+def _verdict_on(entries: list[reach.PythonEntry], workdir: Path, specs: list[TargetSpec]) -> str | None:
+    """The message for the first launched script doctor has a verdict on (``coverage.classify``: not
+    GRPO, a copy whose spec holds, or a trainer that needs a spec of its own), said before anything
+    runs, as the start-up hook would say it."""
+    from ..hooks.coverage import UNRELATED, classify
 
     for entry in entries:
-        path = workdir / os.path.expanduser(entry)
-        if entry.startswith("-m ") or not path.is_file():
+        path = entry.path
+        if entry.module is not None or path is None or not path.is_file():
             continue
-        found = closest_spec(path, workdir, specs)
-        if found:
-            spec, share = found
-            return (f"{entry} is not a file the layer targets but a copy of {spec.file} (spec {spec.name}: "
-                    f"{share:.0%} of its lines), so it would train unpatched; run it patched with --otca_target "
-                    f"{spec.name}={entry} among the otca-patch flags, or launch without --otca")
+        verdict = classify(path, workdir, specs)
+        if verdict.kind != UNRELATED:
+            return verdict.stop_message(entry.token, _as_flag_path(path, workdir))
     return None
+
+
+def _as_flag_path(path: Path, workdir: Path) -> str:
+    """``path`` as ``--otca_target`` takes it from ``workdir``: relative inside it, else absolute."""
+    return os.path.relpath(path, workdir) if path.is_relative_to(workdir) else str(path)
 
 
 def setup_note(text: str) -> str:
@@ -210,15 +214,79 @@ def layer_config(config: OtcaConfig, workdir: Path) -> OtcaConfig:
     return replace(config, otca_target={str(resolve(path, workdir)): name for path, name in config.otca_target.items()})
 
 
-def check_objectives(config: OtcaConfig, launched: list[TargetSpec]) -> None:
-    """The objectives' registry names, checkpoints and options, before any process starts."""
-    from ..objective_set import check_objective_flags
+def check_objectives(config: OtcaConfig, launched: list[TargetSpec], named: list[TargetSpec]) -> None:
+    """The objectives' registry names, checkpoints and options, before any process starts; and, for
+    each trainer the launch names (``named``) whose rewards are known before it runs, the number of
+    ``--otca_objective_weights``."""
+    from ..objective_set import check_objective_flags, check_weight_count, expected_columns
     from ..targets.registry import runtime_class
 
     trainer_names = any(getattr(getattr(runtime_class(spec), "upstream_rewards", None), "bare_keys", False)
                         for spec in launched)
     check_objective_flags(config.otca_rewards, config.otca_reward_ckpt, config.otca_reward_opt,
                           trainer_names_rewards=trainer_names)
+    if config.otca_objective_weights is None:
+        return
+    for spec in named:
+        runtime = runtime_class(spec)
+        upstream = getattr(runtime, "upstream_rewards", None)
+        if upstream is None or not getattr(runtime, "rewards_known_at_install", True):
+            continue  # the trainer's own flags choose its rewards (MixGRPO): its first step checks the count
+        try:
+            columns = expected_columns(config.otca_rewards, upstream)
+        except ImportError:
+            continue  # a registry adapter's library is missing here; each trainer process says so
+        check_weight_count(config.otca_objective_weights, columns)
+
+
+def check_target_flags(config: OtcaConfig, named: list[TargetSpec]) -> None:
+    """A target-only flag (``--otca_video_frames``...) that a trainer the launch names does not take:
+    refused now, as its process would refuse it."""
+    from ..config import refuse_foreign_flags
+
+    for spec in named:
+        refuse_foreign_flags(config, spec.name, spec.flags)
+
+
+def check_log_dir(folder: str, workdir: Path) -> None:
+    """``--otca_log_dir`` can be written (from ``workdir``): its missing folders are made, a probe file
+    written and removed, and the folders made for it removed again. A one-line ``ValueError``."""
+    path = Path(os.path.expanduser(folder))
+    path = path if path.is_absolute() else workdir / path
+    made = []
+    try:
+        for parent in [*reversed(path.parents), path]:
+            if not parent.is_dir():
+                parent.mkdir()
+                made.append(parent)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".otca-probe-"):
+            pass
+    except OSError as exc:
+        raise ValueError(f"--otca_log_dir {folder}: run_log.jsonl cannot be written there "
+                         f"({exc.strerror or exc}{f': {exc.filename}' if exc.filename else ''}); give a folder "
+                         f"this user can write") from None
+    finally:
+        for parent in reversed(made):
+            try:
+                parent.rmdir()
+            except OSError:
+                pass
+
+
+def script_is_folder(folder: Path) -> str:
+    """What to say when the launch script given is a folder: the launch scripts in it, or the form
+    for a Python trainer."""
+    from itertools import islice
+
+    scripts = sorted(str(p) for p in islice(folder.rglob("*.sh"), 100))[:3]  # scripts/finetune/*.sh
+    trainers = sorted(str(p) for p in folder.glob("train*.py"))[:1]
+    if scripts:
+        give = f"give one of its launch scripts ({', '.join(scripts)}{', ...' if len(scripts) == 3 else ''})"
+    elif trainers:
+        give = f"for a Python trainer in it give the command after --: `{PROG} --otca -- python {trainers[0]} ...`"
+    else:
+        give = f"give the launch script (.sh) that starts training, or the command after --: `{PROG} --otca -- COMMAND`"
+    return f"{folder} is a folder, not a launch script; {give}"
 
 
 def read_record(path: Path) -> tuple[list[str], list[str]]:
@@ -419,6 +487,8 @@ def main(argv=None) -> int:
         launch_script, command_line = None, shlex.join(command)
     else:
         launch_script, flags, command_line = Path(argv[0]), argv[1:], None
+        if launch_script.is_dir():
+            return error(script_is_folder(launch_script))
         if not launch_script.is_file():
             return error(f"launch script {launch_script} does not exist")
     try:
@@ -458,15 +528,17 @@ def main(argv=None) -> int:
         specs = load_specs()
         explicit = explicit_specs(config.otca_target, specs, workdir)
         text = command_text(launch_script, workdir, command_line)
-        checked = (preflight(launch_script, workdir, text, not_overridden(specs, explicit, workdir))
-                   + check_explicit(explicit))
+        launched = preflight(launch_script, workdir, text, not_overridden(specs, explicit, workdir))
+        checked = list(launched) + check_explicit(explicit)
         problem = None if checked else unreachable(launch_script, workdir, text, specs, config)
         if problem:
             raise ValueError(problem)
         # the trainers this launch runs: those it names, else this checkout's, else any
-        named = [spec for spec in specs if spec.file in checked] + explicit
+        named = list(launched.values()) + explicit
         present = [spec for spec in specs if (workdir / spec.file).is_file()]
-        check_objectives(config, named or present or specs)
+        check_objectives(config, named or present or specs, named)
+        check_target_flags(config, named)
+        check_log_dir(config.otca_log_dir, workdir)
     except (PatchError, ValueError, SyntaxError) as exc:
         return error(str(exc))
     record = record_file(workdir)

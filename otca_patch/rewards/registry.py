@@ -89,6 +89,12 @@ def checkpoint_paths(name: str, checkpoint: Optional[str] = None, options: Optio
     return paths
 
 
+def output_names(name: str) -> tuple:
+    """The objective columns reward ``name`` scores (its class's ``output_names``, else ``(name,)``),
+    without building the model."""
+    return tuple(getattr(_factory(name), "output_names", ()) or (name,))
+
+
 def check_options(name: str, options: dict) -> None:
     """``ValueError`` naming an option reward ``name`` has not, or a value that does not convert,
     without building the model (what a launch checks before it starts anything)."""

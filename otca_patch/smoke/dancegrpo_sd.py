@@ -2,8 +2,8 @@
 
 The trainer has no ``train_one_step``: its sampling and training loops live in ``main``, so the smoke
 run executes upstream's whole ``main`` through absl's ``app.run`` with upstream's own launch config
-(``fastvideo/config_sd/dgx.py:hpsv2``) and small sizes as ``--config.*`` overrides, in a run folder
-holding what ``main`` reads from its working directory: a tiny pipeline in ``./data/stable-diffusion-v1-4``
+(``fastvideo/config_sd/dgx.py:hpsv2``, ``:hps`` in trees older than its rename) and small sizes as
+``--config.*`` overrides, in a run folder holding what ``main`` reads from its working directory: a tiny pipeline in ``./data/stable-diffusion-v1-4``
 (``tiny_sd.py``), a tiny HPSv2 checkpoint in ``./hps_ckpt/`` and ``./assets/prompts.txt``.
 
 Replaced in the smoke run only, and why (docs/dancegrpo.md: DanceGRPO's environment):
@@ -32,6 +32,8 @@ from .harness import enter_run_folder, finish, load_upstream, report_step
 
 UPSTREAM_FILE = "fastvideo/train_grpo_sd.py"
 LAUNCH_CONFIG = "fastvideo/config_sd/dgx.py:hpsv2"  # what finetune_sd_grpo.sh passes
+#: the same launch config's name in trees from before DanceGRPO renamed it (its first release, kontext)
+OLDER_CONFIG_NAME = "hps"
 PROMPTS = IMAGE_PROMPTS + ("a photo of a cat in the snow", "a photo of a dog at night",
                            "a white star on a blue background", "a green circle over the sea")
 
@@ -52,6 +54,19 @@ class Sizes(SmokeSizes):
     @property
     def trained_columns(self) -> int:
         return int((self.sampling_steps - 1) * self.timestep_fraction)
+
+
+def launch_config(upstream_dir: Path) -> str:
+    """``FILE:NAME`` of upstream's HPS launch config in ``upstream_dir``: ``hpsv2``, or ``hps`` in a
+    tree whose ``dgx.py`` still calls it that (``get_config`` looks the name up among its functions)."""
+    file, _, name = LAUNCH_CONFIG.partition(":")
+    try:
+        text = (upstream_dir / file).read_text(errors="replace")
+    except OSError:
+        return LAUNCH_CONFIG
+    if f"def {name}(" not in text and f"def {OLDER_CONFIG_NAME}(" in text:
+        name = OLDER_CONFIG_NAME
+    return f"{file}:{name}"
 
 
 def config_overrides(sizes: Sizes) -> dict:
@@ -98,7 +113,8 @@ def prepare_run_folder(rank: int, reward_root: Path) -> str:
         Path("hps_ckpt").mkdir(exist_ok=True)
         shutil.copy(tiny.build_hpsv2(reward_root), "hps_ckpt/HPS_v2.1_compressed.pt")
         Path("assets").mkdir(exist_ok=True)
-        Path("assets/prompts.txt").write_text("\n".join(PROMPTS) + "\n")
+        for prompts in ("assets/prompts.txt", "prompts.txt"):  # the latter: trees older than the hpsv2 rename
+            Path(prompts).write_text("\n".join(PROMPTS) + "\n")
         build_tiny_sd(Path("data/stable-diffusion-v1-4"))
     dist.barrier()
     return tiny.register_tiny_hpsv2(reward_root)
@@ -120,7 +136,7 @@ def run(upstream_dir: Path, out_dir: Path, config: OtcaConfig, sizes: Sizes, rew
     from absl import app
 
     # ml_collections reads --config.* overrides from sys.argv itself
-    sys.argv = [str(upstream_dir / UPSTREAM_FILE), f"--config={upstream_dir / LAUNCH_CONFIG}",
+    sys.argv = [str(upstream_dir / UPSTREAM_FILE), f"--config={upstream_dir / launch_config(upstream_dir)}",
                 *(f"--config.{key}={value}" for key, value in config_overrides(sizes).items())]
     with cpu_replacements(hps_arch):
         try:

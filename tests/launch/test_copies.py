@@ -35,7 +35,7 @@ def test_a_copy_of_a_targeted_trainer_stops_before_it_runs_and_names_the_spec(sy
     stop = [line for line in done.stderr.splitlines() if "is not a file the layer targets" in line]
     assert len(stop) == 1, done.stderr
     assert stop[0].startswith("otca-patch launch: error: trainer/train_mine.py")
-    assert "spec synthetic-trainer" in stop[0] and f"--otca_target synthetic-trainer={COPY}" in stop[0]
+    assert "a copy of trainer/train.py" in stop[0] and f"--otca_target synthetic-trainer={COPY}" in stop[0]
     assert "Traceback" not in done.stderr
 
 
@@ -222,3 +222,24 @@ def test_doctor_calls_a_trainer_without_a_grpo_loss_not_grpo_and_suggests_no_tar
     line = next(line for line in done.stdout.splitlines() if line.startswith("  trainer/train_dpo.py"))
     assert line == ("  trainer/train_dpo.py (not a GRPO trainer: launch it without --otca; it trains no group "
                     "advantage OTCA could replace)")
+
+
+def test_where_otca_patch_cannot_be_imported_the_start_up_hook_asks_doctor_instead_of_guessing(synthetic, tmp_path):
+    """The copy check runs in processes whose Python may lack otca_patch: it then gives no verdict of
+    its own (which could contradict doctor) but doctor's command for this file."""
+    upstream, env = synthetic
+    shadow = tmp_path / "shadow" / "otca_patch"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ImportError('not installed in this environment')\n")
+    trainer = str(upstream / "trainer" / "train.py")
+    env = dict(hook_environment(env, "--otca"), OTCA_PATCH_SHAPES=json.dumps([["synthetic-trainer", "trainer/train.py", trainer]]))
+    env["PYTHONPATH"] = os.pathsep.join([env["PYTHONPATH"].split(os.pathsep)[0], str(shadow.parent), env["PYTHONPATH"]])
+    make_copy(upstream)
+    done = subprocess.run([sys.executable, COPY, "--out", "result.json"], cwd=upstream, env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 2 and not (upstream / "result.json").exists()
+    assert done.stderr.strip() == (
+        f"otca-patch: error: {COPY} is not a file the layer targets but shares 100% of the lines of trainer/train.py "
+        f"(spec synthetic-trainer), so it would train unpatched; `otca-patch doctor {upstream} --otca_target "
+        f"synthetic-trainer={COPY}` says whether it is a GRPO trainer and whether that spec holds on it; if it holds, "
+        f"run it patched with --otca_target synthetic-trainer={COPY} among the otca-patch flags, or launch without --otca")

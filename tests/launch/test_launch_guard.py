@@ -133,7 +133,7 @@ def test_without_otca_those_launches_train_as_published(stand_in):
 
 
 VARIANT = textwrap.dedent('''\
-    # my variant: the group advantage under another name, the loop rewritten
+    # my variant: the group advantage under another name, the loop rewritten around a GRPO loss
     import json, os, sys
     import torch
 
@@ -146,7 +146,10 @@ VARIANT = textwrap.dedent('''\
         net = torch.nn.Linear(2, 1)
         opt = torch.optim.SGD(net.parameters(), lr=0.1)
         for it in range(STEPS):
-            objective = net(torch.ones(1, 2)).sum() * group_baseline([1.0, 2.0, 6.0])[0]
+            advantages = torch.tensor(group_baseline([1.0, 2.0, 6.0]))
+            log_prob = net(torch.ones(3, 2)).squeeze(-1)
+            ratio = torch.exp(log_prob - log_prob.detach())
+            objective = (-advantages * ratio).mean()
             opt.zero_grad()
             objective.backward()
             opt.step()
@@ -156,6 +159,8 @@ VARIANT = textwrap.dedent('''\
     if __name__ == "__main__":
         main()
 ''').replace("STEPS", str(STEPS))
+#: a preference-style variant: it trains a loss of its own, no advantage times a likelihood ratio
+NOT_GRPO_VARIANT = VARIANT.replace("(-advantages * ratio).mean()", "-torch.nn.functional.logsigmoid(log_prob[2] - log_prob[0])")
 
 
 def derivative(upstream: Path) -> Path:
@@ -166,18 +171,18 @@ def derivative(upstream: Path) -> Path:
 
 
 @pytest.mark.parametrize("line, expected", [
-    ("v=variant; python trainer/train_$v.py --out steps", ["trainer/train_variant.py (pid", "nearest to trainer/train.py",
-                                                     "--otca_target synthetic-trainer=trainer/train_variant.py"]),
+    ("v=variant; python trainer/train_$v.py --out steps",
+     ["trainer/train_variant.py (pid", "a GRPO trainer that no spec covers: it needs a spec of its own"]),
     (f"v=variant; torchrun --nproc_per_node 1 --master_port {PORT + 3} -m trainer.train_$v --out steps",
-     ["-m trainer.train_variant (pid", "--otca_target synthetic-trainer=trainer/train_variant.py"]),
-    ("v=sd3_dpo; python trainer/train_$v.py --out steps", ["it is a DPO trainer", "Launch it without --otca"]),
+     ["-m trainer.train_variant (pid", "it needs a spec of its own, not --otca_target"]),
+    ("v=sd3_dpo; python trainer/train_$v.py --out steps", ["not a GRPO trainer: launch it without --otca"]),
     ('v=variant; python -c "import runpy, sys; sys.argv = [\'x\', \'--out\', \'steps\']; '
      'runpy.run_path(\'trainer/train_$v.py\', run_name=\'__main__\')"', ["python -c", "without the layer"]),
 ], ids=["renamed derivative", "derivative as module under torchrun", "DPO-style", "python -c"])
 def test_training_without_the_layer_stops_at_its_first_step(stand_in, line, expected):
     upstream, env = stand_in
     variant = derivative(upstream)
-    (upstream / "trainer" / "train_sd3_dpo.py").write_text(variant.read_text())
+    (upstream / "trainer" / "train_sd3_dpo.py").write_text(NOT_GRPO_VARIANT)
     done = launch(upstream, env, line, "--otca")
     assert done.returncode != 0
     assert markers(upstream) == [], "no optimizer step may complete without the layer"
@@ -194,7 +199,8 @@ def test_a_copy_stops_at_start_by_the_rule_doctor_applies_even_with_renamed_func
     copy.write_text((upstream / "trainer" / "train.py").read_text().replace("advantages_for", "group_advantages"))
     done = launch(upstream, env, "v=mine; python trainer/train_$v.py --out steps", "--otca")
     assert done.returncode == 2 and markers(upstream) == []
-    assert "trainer/train_mine.py is not a file the layer targets but a copy of trainer/train.py" in done.stderr
+    # what doctor says of it: the stand-in's loss is no advantage times a likelihood ratio (hooks.trainer_kind)
+    assert "trainer/train_mine.py is not a file the layer targets: not a GRPO trainer" in done.stderr, done.stderr
 
 
 def test_a_target_path_with_a_colon_is_patched(stand_in):

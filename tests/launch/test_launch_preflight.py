@@ -1,16 +1,23 @@
 """``otca-patch launch --otca`` refuses, before upstream's script runs, what cannot train with the
-layer: no targeted trainer reachable from the working directory, a registry reward
-without its checkpoint, ``--otca_*`` flags without ``--otca``, weights that give non-finite or zero
-advantages; it names the set-up commands a script runs first; and a failed launch ends with the first
-error a process reported (item 5). On the synthetic upstream of test_launch.py: every launch script
-starts with ``touch started``, so "refused before the script runs" is a file that does not exist."""
+layer: no targeted trainer reachable from the working directory, a registry reward without its
+checkpoint, ``--otca_*`` flags without ``--otca``, weights that give non-finite or zero advantages or
+do not match the objectives, a target-only flag the trainer does not take, a log folder that cannot
+be written, a folder given as the script; it names the set-up commands a script runs first; a failed
+launch ends with the first error a process reported. It recognises a target however its path is
+written, and says of a file that is not one what doctor says (one verdict). On the synthetic upstream
+of test_launch.py and on the pinned upstream snapshots: every launch script starts with ``touch
+started``, so "refused before the script runs" is a file that does not exist."""
+import os
+import shutil
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
-from test_launch import RUNTIME, TRAINER, launch, synthetic, synthetic_upstream  # noqa: F401  (synthetic: a fixture)
+from test_launch import REPO, RUNTIME, TRAINER, launch, synthetic, synthetic_upstream  # noqa: F401  (synthetic: a fixture)
+from upstream_snapshots import newer_checkout, upstream_checkout
 
 RUN_TRAINER = "touch started\npython trainer/train.py --out result.json"
 
@@ -75,7 +82,8 @@ def test_a_launch_that_names_a_copy_is_refused_by_the_preflight_with_the_copy_me
     (upstream / "trainer" / "mine.py").write_text("# my variant\n" + TRAINER)
     line = assert_refused_before_it_ran(launch(upstream, env, "touch started\npython trainer/mine.py", "--otca"),
                                         upstream)
-    assert "trainer/mine.py is not a file the layer targets but a copy of trainer/train.py" in line
+    assert "trainer/mine.py is not a file the layer targets: a copy of trainer/train.py, 100% of its lines, and " \
+           "synthetic-trainer's spec holds on it" in line
     assert "--otca_target synthetic-trainer=trainer/mine.py" in line
 
 
@@ -239,3 +247,221 @@ def test_a_launch_ends_with_one_line_saying_how_it_ended_and_where_the_run_log_i
     done = launch(upstream, env, RUN_TRAINER + "\nexit 3", "--otca")
     assert done.returncode == 3
     assert done.stderr.strip().splitlines()[-1].startswith("otca-patch launch: failed (exit status 3")
+# ---- a target however its path is written, on the pinned DanceGRPO trainer
+
+FLUX = "fastvideo/train_grpo_flux.py"
+
+
+def real_env() -> dict:
+    """The environment of a launch on a real upstream checkout: the shipped specs, this otca_patch."""
+    env = dict(os.environ, PYTHONPATH=str(REPO), PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    for variable in ("OTCA_PATCHES_DIR", "OTCA_PATCH_ARGS"):
+        env.pop(variable, None)
+    return env
+
+
+@pytest.fixture()
+def dancegrpo_trainers(tmp_path):
+    """A DanceGRPO checkout (the pinned snapshot's trainer files: what the launch and doctor read),
+    writable: the launch keeps its record beside the script."""
+    source = upstream_checkout("DanceGRPO", "OTCA_UPSTREAM_DANCEGRPO", FLUX)
+    checkout = tmp_path / "DanceGRPO"
+    (checkout / "fastvideo").mkdir(parents=True)
+    for trainer in (source / "fastvideo").glob("train*.py"):
+        shutil.copy(trainer, checkout / "fastvideo" / trainer.name)
+    return checkout
+
+
+@pytest.mark.parametrize("line", [
+    "python ./fastvideo//train_grpo_flux.py",
+    "python fastvideo/../fastvideo/train_grpo_flux.py",
+    "python {checkout}/fastvideo/train_grpo_flux.py",
+    "python flux_link.py",
+    "cd fastvideo && python train_grpo_flux.py",
+    "bash -c 'cd fastvideo && python train_grpo_flux.py'",
+    "cd fastvideo; python ../fastvideo/train_grpo_flux.py",
+    "cd fastvideo\npython train_grpo_flux.py",
+], ids=["./ and //", "..", "absolute", "symlink", "cd &&", "bash -c cd", "cd ; ..", "cd line"])
+def test_each_way_of_writing_the_trainers_path_passes_the_preflight_and_runs_patched(dancegrpo_trainers, line):
+    checkout = dancegrpo_trainers
+    (checkout / "flux_link.py").symlink_to(checkout / FLUX)
+    script = write_script(checkout, "touch started\n" + line.format(checkout=checkout))
+    done = wrapper(checkout, real_env(), str(script), "--otca")
+    assert (checkout / "started").exists(), done.stderr
+    assert f"layer installed (--otca); hook points hold in: {FLUX} [dancegrpo-flux]" in done.stderr, done.stderr
+    # the process became the layer's worker (upstream's own imports then fail here: no fastvideo package)
+    assert "rewritten by" in done.stderr and "target dancegrpo-flux" in done.stderr, done.stderr
+    assert "is not a file the layer targets" not in done.stderr and "runs no trainer" not in done.stderr
+
+
+# ---- one verdict: doctor, the pre-flight and the start-up hook say the same of the same file
+
+def doctor_line(checkout: Path, file: str) -> str:
+    done = subprocess.run([sys.executable, "-m", "otca_patch.cli", "doctor", str(checkout)], env=real_env(),
+                          capture_output=True, text=True, timeout=300)
+    return next(line.strip() for line in done.stdout.splitlines() if line.startswith(f"  {file} ("))
+
+
+def doctor_clause(checkout: Path, file: str) -> str:
+    """What doctor says of ``file`` in the parentheses after its name."""
+    line = doctor_line(checkout, file)
+    assert line.endswith(")"), line
+    return line[len(file) + 2:-1]
+
+
+@pytest.mark.parametrize("name", ["train_sd3_dpo.py", "train_sd3_sft.py"])
+def test_flowgrpos_dpo_and_sft_trainers_are_not_grpo_for_the_launch_and_for_doctor(tmp_path, name):
+    source = newer_checkout("flow_grpo", "9745241", "scripts/train_sd3_dpo.py")
+    checkout = tmp_path / "flow_grpo"
+    shutil.copytree(source / "scripts", checkout / "scripts", ignore=shutil.ignore_patterns("*.sh", "*.yaml"))
+    said = doctor_clause(checkout, f"scripts/{name}")
+    assert said.startswith("not a GRPO trainer: launch it without --otca"), said
+    script = write_script(checkout, f"touch started\naccelerate launch scripts/{name} --config config/dpo.py")
+    line = assert_refused_before_it_ran(wrapper(checkout, real_env(), str(script), "--otca"), checkout)
+    assert line == f"otca-patch launch: error: scripts/{name} is not a file the layer targets: {said}"
+    assert "--otca_target" not in line and "a copy of" not in line
+
+
+def test_rebase_says_in_short_what_doctor_says_of_each_uncovered_trainer():
+    from otca_patch.hooks.coverage import uncovered_summary
+    from otca_patch.hooks.spec import load_specs
+
+    checkout = newer_checkout("flow_grpo", "9745241", "scripts/train_sd3_dpo.py")
+    assert uncovered_summary(checkout, load_specs()) == [
+        "trainer files no spec covers (3):",
+        "  scripts/train_bagel.py: a GRPO trainer without a spec yet: it needs a spec of its own",
+        "  scripts/train_sd3_dpo.py: not a GRPO trainer: launch it without --otca",
+        "  scripts/train_sd3_sft.py: not a GRPO trainer: launch it without --otca"]
+
+
+def branch_trainer(checkout: Path) -> str:
+    """A renamed, restructured copy of the FLUX trainer (BranchGRPO-like): most of its lines, its
+    hooked step function renamed, so no spec's hook points hold on it."""
+    text = (checkout / FLUX).read_text()
+    renamed = text.replace("train_one_step", "train_one_branch_step")
+    assert renamed != text
+    (checkout / "fastvideo" / "train_branchgrpo_flux.py").write_text(renamed)
+    return "fastvideo/train_branchgrpo_flux.py"
+
+
+def test_a_renamed_restructured_trainer_needs_a_spec_of_its_own_for_doctor_the_preflight_and_the_start_up_hook(
+        dancegrpo_trainers):
+    checkout = dancegrpo_trainers
+    file = branch_trainer(checkout)
+    said = doctor_clause(checkout, file)
+    assert said.startswith("nearest spec: dancegrpo-flux, ") and "it needs a spec of its own, not --otca_target" in said
+    script = write_script(checkout, f"touch started\npython {file}")
+    line = assert_refused_before_it_ran(wrapper(checkout, real_env(), str(script), "--otca"), checkout)
+    assert line.startswith(f"otca-patch launch: error: {file} is not a file the layer targets: {said}"), line
+    assert f"--otca_target dancegrpo-flux={file}" not in line
+    # built at run time: the pre-flight cannot read it, the start-up hook stops it with the same verdict
+    script = write_script(checkout, "touch started\nv=branchgrpo; python fastvideo/train_${v}_flux.py")
+    done = wrapper(checkout, real_env(), str(script), "--otca")
+    assert done.returncode == 2 and (checkout / "started").exists()
+    assert f"{file} is not a file the layer targets: {said}" in done.stderr, done.stderr
+
+
+def test_a_copy_the_flux_spec_holds_on_gets_the_otca_target_that_doctor_gives(dancegrpo_trainers):
+    checkout = dancegrpo_trainers
+    file = "fastvideo/train_grpo_flux_mine.py"
+    (checkout / file).write_text("# my variant\n" + (checkout / FLUX).read_text())
+    said = doctor_clause(checkout, file)
+    assert said.endswith(f"dancegrpo-flux's spec holds on it: --otca_target dancegrpo-flux={file}"), said
+    script = write_script(checkout, f"touch started\npython {file}")
+    line = assert_refused_before_it_ran(wrapper(checkout, real_env(), str(script), "--otca"), checkout)
+    assert line.startswith(f"otca-patch launch: error: {file} is not a file the layer targets: {said}"), line
+
+
+def test_a_reformatted_copy_below_the_copy_share_gets_the_spec_that_holds_on_it(dancegrpo_trainers):
+    """Reformatted (``ast.unparse``), the FLUX trainer shares too few lines to be a copy by lines, but
+    it is a GRPO trainer the FLUX spec's hook points hold on: doctor and the launch name that spec."""
+    import ast
+
+    checkout = dancegrpo_trainers
+    file = "fastvideo/train_grpo_flux_fmt.py"
+    (checkout / file).write_text(ast.unparse(ast.parse((checkout / FLUX).read_text())))
+    said = doctor_clause(checkout, file)
+    assert said == f"dancegrpo-flux's spec holds on it: --otca_target dancegrpo-flux={file}"
+    script = write_script(checkout, f"touch started\npython {file}")
+    line = assert_refused_before_it_ran(wrapper(checkout, real_env(), str(script), "--otca"), checkout)
+    assert line.startswith(f"otca-patch launch: error: {file} is not a file the layer targets: {said}"), line
+
+
+def test_from_another_projects_checkout_a_grpo_trainer_needs_a_spec_of_its_own(tmp_path):
+    """A derivative's own checkout (no file the specs target): not "run from the upstream checkout",
+    but what doctor says of its trainer."""
+    checkout = tmp_path / "Derivative"
+    (checkout / "scripts").mkdir(parents=True)
+    (checkout / "scripts" / "train_mine.py").write_text(
+        "import torch\n\ndef step(sample, log_prob, old_log_prob, optimizer):\n"
+        "    ratio = torch.exp(log_prob - old_log_prob)\n    loss = (-sample['advantages'] * ratio).mean()\n"
+        "    loss.backward()\n    optimizer.step()\n")
+    (checkout / "scripts" / "train_nft.py").write_text(
+        "def step(model_pred, target, optimizer):\n    loss = ((model_pred - target) ** 2).mean()\n"
+        "    loss.backward()\n    optimizer.step()\n")
+    done = subprocess.run([sys.executable, "-m", "otca_patch.cli", "doctor", str(checkout)], env=real_env(),
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2 and "holds none of the files the hook specs target" in done.stderr
+    mine = doctor_clause(checkout, "scripts/train_mine.py")
+    assert mine == "a GRPO trainer that no spec covers: it needs a spec of its own, not --otca_target"
+    nft = doctor_clause(checkout, "scripts/train_nft.py")
+    assert nft.startswith("not a GRPO trainer")
+    for file, said in (("scripts/train_mine.py", mine), ("scripts/train_nft.py", nft)):
+        script = write_script(checkout, f"touch started\ntorchrun --nproc_per_node 2 {file}")
+        line = assert_refused_before_it_ran(wrapper(checkout, real_env(), str(script), "--otca"), checkout)
+        assert line.startswith(f"otca-patch launch: error: {file} is not a file the layer targets: {said}"), line
+        assert "run from the upstream checkout" not in line
+
+
+# ---- every flag error before the launch script's first command
+
+@pytest.mark.parametrize("flags, expected", [
+    (["--otca_objective_weights", "1,2,3"], "--otca_objective_weights: 3 weights for 1 objective columns upstream"),
+    (["--otca_rewards", "upstream,clip_t", "--otca_objective_weights", "1,2,3"],
+     "--otca_objective_weights: 3 weights for 2 objective columns upstream,clip_t"),
+    (["--otca_video_frames", "2"], "--otca_video_frames: not a flag of target dancegrpo-flux"),
+    (["--otca_wan22"], "--otca_wan22: not a flag of target dancegrpo-flux"),
+    (["--otca_video_frames", "0"], "--otca_video_frames: give at least 1 frame per video, got 0"),
+    (["--otca_log_dir", "/proc/nope"], "--otca_log_dir /proc/nope: run_log.jsonl cannot be written there"),
+], ids=["weights", "weights with a registry reward", "video frames", "wan22", "zero frames", "log dir"])
+def test_a_flag_error_on_a_real_target_is_refused_before_the_script_runs(dancegrpo_trainers, tmp_path, flags, expected):
+    checkout = dancegrpo_trainers
+    checkpoint = tmp_path / "clip.safetensors"
+    checkpoint.write_bytes(b"weights")
+    script = write_script(checkout, f"touch started\npython {FLUX}")
+    done = wrapper(checkout, dict(real_env(), OTCA_CKPT_CLIP_T=str(checkpoint)), str(script), "--otca", *flags)
+    assert expected in assert_refused_before_it_ran(done, checkout)
+
+
+def test_weights_for_every_column_of_a_multi_column_trainer_pass(dancegrpo_trainers):
+    checkout = dancegrpo_trainers
+    script = write_script(checkout, "touch started\npython fastvideo/train_grpo_hunyuan.py")
+    done = wrapper(checkout, real_env(), str(script), "--otca", "--otca_objective_weights", "1,2,3",
+                   "--otca_video_frames", "2")
+    assert (checkout / "started").exists(), done.stderr
+    assert "hook points hold in: fastvideo/train_grpo_hunyuan.py [dancegrpo-hunyuan]" in done.stderr
+
+
+def test_a_log_folder_that_cannot_be_made_is_refused_and_a_new_one_is_left_as_it_was(synthetic, tmp_path):
+    upstream, env = synthetic
+    blocked = tmp_path / "a-file"
+    blocked.write_text("not a folder")
+    line = assert_refused_before_it_ran(launch(upstream, env, RUN_TRAINER, "--otca", "--otca_log_dir",
+                                               str(blocked / "logs")), upstream)
+    assert line == (f"otca-patch launch: error: --otca_log_dir {blocked / 'logs'}: run_log.jsonl cannot be written "
+                    f"there (File exists: {blocked}); give a folder this user can write")
+    done = launch(upstream, env, RUN_TRAINER, "--otca", "--otca_log_dir", "new/logs")
+    assert done.returncode == 0, done.stderr
+    assert not (upstream / "new").exists(), "the pre-flight removes the folders it made to probe"
+
+
+def test_a_folder_given_as_the_launch_script_is_said_to_be_one(synthetic):
+    upstream, env = synthetic
+    (upstream / "scripts" / "finetune").mkdir(parents=True)
+    write_script(upstream / "scripts" / "finetune", RUN_TRAINER, "finetune.sh")
+    line = assert_refused_before_it_ran(wrapper(upstream, env, "scripts", "--otca"), upstream)
+    assert line == ("otca-patch launch: error: scripts is a folder, not a launch script; give one of its launch "
+                    "scripts (scripts/finetune/finetune.sh)")
+    line = assert_refused_before_it_ran(wrapper(upstream, env, "trainer", "--otca"), upstream)
+    assert line.endswith("trainer is a folder, not a launch script; for a Python trainer in it give the command "
+                         "after --: `otca-patch launch --otca -- python trainer/train.py ...`")

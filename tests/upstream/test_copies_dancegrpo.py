@@ -51,7 +51,8 @@ def test_the_copied_trainer_stops_before_any_of_its_code_runs_and_names_the_flux
                             "--data_json_path data/rl_embeddings/videos2caption.json --seed 42", "--otca")
     assert done.returncode != 0
     assert MARK not in done.stdout, "not one line of the copy may run"
-    assert f"{MINE} is not a file the layer targets but a copy of {FLUX} (spec dancegrpo-flux" in done.stderr
+    assert f"{MINE} is not a file the layer targets: a copy of {FLUX}, " in done.stderr
+    assert "dancegrpo-flux's spec holds on it" in done.stderr
     assert f"--otca_target dancegrpo-flux={MINE}" in done.stderr
     # the pre-flight reads the copy's name in run.sh and stops the launch before torchrun starts
     assert done.stderr.startswith(f"otca-patch launch: error: {MINE} is not a file the layer targets"), done.stderr

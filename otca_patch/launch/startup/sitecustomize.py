@@ -22,9 +22,10 @@ set by the wrapper) every process:
   sitecustomize" and the script would then run unpatched).
 - otherwise **stops early when its script is a copy** of a targeted trainer (``hooks/resemblance.py``,
   the rule doctor applies, loaded by path: ``$OTCA_PATCH_SHAPES`` names each spec's trainer file in
-  this checkout), naming the spec and ``--otca_target``;
+  this checkout), saying what doctor says of it (``hooks.coverage.classify``: not a GRPO trainer, a
+  copy whose spec holds and its ``--otca_target``, or a trainer that needs a spec of its own);
 - and **arms the step guard**: once ``torch.optim`` is imported, a global optimizer-step pre-hook
-  makes the first optimizer step raise, naming the script, its nearest spec and what to do. The
+  makes the first optimizer step raise, naming the script and doctor's verdict on it. The
   worker disarms it once the layer is installed (``runner.py``), so only a process the layer did not
   patch is stopped, whatever its file is called.
 
@@ -42,8 +43,6 @@ COMMAND_VARIABLE = "OTCA_PATCH_COMMAND"
 WORKER_MODULE = "otca_patch.launch.worker"
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESEMBLANCE = os.path.join(os.path.dirname(os.path.dirname(HERE)), "hooks", "resemblance.py")
-#: name parts of trainers OTCA does not apply to: they have no group-relative advantage to reassign
-NOT_GRPO = {"dpo": "DPO", "sft": "SFT", "nft": "NFT"}
 
 
 def _fail(message):
@@ -191,7 +190,16 @@ def _installed(file):
 
 
 def _targeted(file, targets, shown):
-    """The entry of ``$OTCA_PATCH_TARGETS`` (``targets``, its JSON) that ``file`` is, or None."""
+    """The entry of ``$OTCA_PATCH_TARGETS`` (``targets``, its JSON) that ``file`` is, as written or
+    with its symlinks followed (a link to a trainer runs the trainer), or None."""
+    found = _targeted_path(file, targets, shown)
+    if found is None:
+        real = os.path.realpath(file)
+        found = _targeted_path(real, targets, shown) if real != file else None
+    return found
+
+
+def _targeted_path(file, targets, shown):
     base = os.path.basename(file)
     if base.isascii() and base.isprintable() and '"' not in base and "\\" not in base and f'/{base}"' not in targets \
             and f'"{base}"' not in targets:
@@ -296,26 +304,50 @@ def _shown_path(path):
     return path if relative.startswith("..") else relative
 
 
+def _checkout():
+    """The folder the launch runs from: where ``$OTCA_PATCH_SHAPES`` found the trainers (else here)."""
+    for _, upstream_file, here in _shapes():
+        suffix = os.sep + upstream_file.replace("/", os.sep)
+        if here and here.endswith(suffix):
+            return here[:-len(suffix)] or os.sep
+    return os.getcwd()
+
+
+def _flag_path(file):
+    """``file`` as ``--otca_target`` takes it in the launch: relative to its folder when inside it."""
+    relative = os.path.relpath(file, _checkout())
+    return file if relative.startswith("..") else relative
+
+
+def _doctor_verdict(file):
+    """doctor's verdict on ``file`` (``hooks.coverage.classify``), or None when it has nothing to say
+    or this Python cannot import otca_patch (this process stops either way: the import is paid once)."""
+    try:
+        from pathlib import Path
+
+        from otca_patch.hooks.coverage import UNRELATED, classify
+        from otca_patch.hooks.spec import load_specs
+
+        verdict = classify(Path(file), Path(_checkout()), load_specs())
+    except Exception:
+        return None
+    return None if verdict.kind == UNRELATED else verdict
+
+
+def _check_with_doctor(name, path):
+    """The advice when doctor's verdict cannot be had here: ask doctor, which never contradicts itself."""
+    return (f"`otca-patch doctor {_checkout()} --otca_target {name}={path}` says whether it is a GRPO trainer and "
+            f"whether that spec holds on it; if it holds, run it patched with --otca_target {name}={path} among the "
+            f"otca-patch flags")
+
+
 def _stop_copy(shown, file, nearest):
+    verdict = _doctor_verdict(file)
+    if verdict is not None:
+        _fail(verdict.stop_message(shown, _flag_path(file)))
     _, (name, upstream_file, _), share = nearest
-    path = _shown_path(file)
-    kind = _not_grpo(shown)
-    if kind is not None:
-        _fail(f"{shown} is not a file the layer targets: it is a {kind} trainer (it shares {share:.0%} of the lines of "
-              f"{upstream_file}, spec {name}), which has no group-relative advantage for OTCA to reassign, so it would "
-              f"train without the layer; launch it without --otca")
-    _fail(f"{shown} is not a file the layer targets but a copy of {upstream_file} (spec {name}: {share:.0%} of its "
-          f"lines), so it would train unpatched; run it patched with --otca_target {name}={path} among the "
-          f"otca-patch flags, or launch without --otca")
-
-
-def _not_grpo(shown):
-    """``"DPO"`` (``"SFT"``, ``"NFT"``) when the script's or module's name says it is such a trainer."""
-    name = os.path.basename(shown.split()[-1] if shown.split() else shown).lower()
-    for part in name.replace(".", "_").replace("-", "_").split("_"):
-        if part in NOT_GRPO:
-            return NOT_GRPO[part]
-    return None
+    _fail(f"{shown} is not a file the layer targets but shares {share:.0%} of the lines of {upstream_file} (spec "
+          f"{name}), so it would train unpatched; {_check_with_doctor(name, _flag_path(file))}, or launch without --otca")
 
 
 def _stepping_code(frame):
@@ -339,19 +371,17 @@ def unpatched_step_message(shown, file, stepping=None):
         file = stepping[0]  # the trainer code is what resembles a target
     elif stepping is not None:
         where += f", in {stepping[1]} (line {stepping[2]}),"
-    kind = _not_grpo(shown) or (_not_grpo(file) if file else None)
-    if kind is not None:
-        return (f"{where} is about to take an optimizer step without the layer: it is a {kind} trainer, which has "
-                f"no group-relative advantage for OTCA to reassign, and --otca patches none of its files. Launch it "
-                f"without --otca.")
+    verdict = _doctor_verdict(file) if file else None
+    if verdict is not None:
+        return (f"{where} is about to take an optimizer step without the layer: "
+                f"{verdict.stop_message(_shown_path(file), _flag_path(file))}. Stopped here so it does not train vanilla.")
     nearest = _nearest_spec(file) if file else None
-    path = _shown_path(file) if file else "PATH"
+    path = _flag_path(file) if file else "PATH"
     if nearest is not None and nearest[2] >= 0.05:
         resemblance, (name, upstream_file, _), share = nearest
         what = ("a copy of" if resemblance.is_copy((name, share)) else "nearest to") + \
                f" {upstream_file} (spec {name}, {share:.0%} of its lines)"
-        how = (f"to train it with the layer, check its hook points with `otca-patch doctor . --otca_target "
-               f"{name}={path}` and run it patched with --otca_target {name}={path} among the otca-patch flags")
+        how = _check_with_doctor(name, path)
     else:
         what = "like none of the targeted trainers"
         how = f"if it is a GRPO trainer shaped like a target, give --otca_target NAME={path} (`otca-patch doctor .` lists them)"
