@@ -35,7 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..config import ENV_ARGS, OtcaConfig, parse_otca_args
@@ -242,7 +242,7 @@ def check_objectives(config: OtcaConfig, launched: list[TargetSpec], named: list
 def check_target_flags(config: OtcaConfig, named: list[TargetSpec]) -> None:
     """A target-only flag (``--otca_video_frames``...) that a trainer the launch names does not take:
     refused now, as its process would refuse it."""
-    from ..config import refuse_foreign_flags
+    from ..target_options import refuse_foreign_flags
 
     for spec in named:
         refuse_foreign_flags(config, spec.name, spec.flags)
@@ -474,106 +474,166 @@ def cannot_start(program: str, env: dict) -> str | None:
             f"(or give its full path)")
 
 
+@dataclass
+class Launch:
+    """What the user asked for: the launch script (or ``None`` for a command after ``--``), the command
+    that runs, its text as given, and the layer's flags."""
+
+    script: Path | None
+    command: list[str]
+    command_line: str | None
+    config: OtcaConfig
+
+
+@dataclass
+class Checked:
+    """What the pre-flight found: the specs, the ``--otca_target`` specs, the files whose hook points
+    hold (``file [spec]``), and the launch's text (the script with the shell scripts it runs)."""
+
+    specs: list[TargetSpec]
+    explicit: list[TargetSpec]
+    held: list[str]
+    text: str
+
+
+class Refused(ValueError):
+    """The launch cannot start: one line, said before anything runs."""
+
+
 def main(argv=None) -> int:
+    """Pre-flight, start, watch, end: each phase one function below."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
         print(usage())
         return 0 if argv else 2
-    if "--" in argv:  # [--otca ...] -- COMMAND [ARGS]: the command line runs exactly as given
-        split = argv.index("--")
-        flags, command = argv[:split], argv[split + 1:]
-        if not command:
-            return error("nothing to run after --")
-        launch_script, command_line = None, shlex.join(command)
-    else:
-        launch_script, flags, command_line = Path(argv[0]), argv[1:], None
-        if launch_script.is_dir():
-            return error(script_is_folder(launch_script))
-        if not launch_script.is_file():
-            return error(f"launch script {launch_script} does not exist")
     try:
-        config, rest = parse_otca_args(flags)
-    except ValueError as exc:
+        launch = read_launch(argv)
+        if not launch.config.active:
+            run_untouched(launch.command)  # execs: never returns
+        workdir = Path.cwd()
+        checked = preflight_launch(launch, workdir)
+    except (Refused, PatchError, ValueError, SyntaxError) as exc:
         return error(str(exc))
-    if launch_script is None and rest:
-        return error(f"before -- only otca-patch flags go, got {shlex.join(rest)}")
-    misspelled = misspelled_flag(rest)
-    if misspelled:
-        return error(misspelled)
-    given = [token for token in flags if token.split("=", 1)[0].startswith("--otca")]
-    if given and not config.active:
-        return error(f"{shlex.join(config.to_argv()) or ' '.join(given)}: otca-patch flags without --otca or --otca_observe would run the upstream "
-                     f"script untouched; add --otca (or --otca_observe), or drop them")
-    if launch_script is not None:
-        command = ["bash", str(launch_script), *rest]
-        remote = remote_launcher(launch_script.read_text(errors="replace"))
-        if config.active and remote:
-            return error(f"{launch_script} starts its trainers through {remote}, which does not pass "
-                         f"this environment to the processes it starts: they would train vanilla. Run each node's "
-                         f"command as `{PROG} {shlex.join(config.to_argv())} -- torchrun ...`, or put "
-                         f"`export {ENV_ARGS}={shlex.quote(shlex.join(config.to_argv()))} PYTHONPATH={STARTUP_DIR}:$PYTHONPATH` "
-                         f"into its remote command")
-    env = dict(os.environ)
-    unstartable = cannot_start(command[0], env)
-    if unstartable:
-        return error(unstartable)
-    if not config.active:
-        print(f"{PROG}: no --otca / --otca_observe: running the upstream script untouched", file=sys.stderr)
-        for variable in (ENV_ARGS, ENV_TARGETS, ENV_SHAPES, RECORD_VARIABLE, COMMAND_VARIABLE):
-            env.pop(variable, None)
-        sys.stdout.flush()
-        os.execvpe(command[0], command, env)
-    workdir = Path.cwd()
-    try:
-        specs = load_specs()
-        explicit = explicit_specs(config.otca_target, specs, workdir)
-        text = command_text(launch_script, workdir, command_line)
-        launched = preflight(launch_script, workdir, text, not_overridden(specs, explicit, workdir))
-        checked = list(launched) + check_explicit(explicit)
-        problem = None if checked else unreachable(launch_script, workdir, text, specs, config)
-        if problem:
-            raise ValueError(problem)
-        # the trainers this launch runs: those it names, else this checkout's, else any
-        named = list(launched.values()) + explicit
-        present = [spec for spec in specs if (workdir / spec.file).is_file()]
-        check_objectives(config, named or present or specs, named)
-        check_target_flags(config, named)
-        check_log_dir(config.otca_log_dir, workdir)
-    except (PatchError, ValueError, SyntaxError) as exc:
-        return error(str(exc))
-    record = record_file(workdir)
-    keys = write_trainer_keys(specs, workdir, record)
-    compile_startup_hook()
-    env.update({ENV_ARGS: shlex.join(layer_config(config, workdir).to_argv()),
-                ENV_TARGETS: targets(specs, explicit),
-                ENV_SHAPES: shapes(specs, workdir), RECORD_VARIABLE: str(record), COMMAND_VARIABLE: PROG,
-                "PYTHONPATH": os.pathsep.join([str(STARTUP_DIR), *filter(None, [env.get("PYTHONPATH")])])})
-    print(f"{PROG}: layer installed ({shlex.join(config.to_argv())}); hook points hold in: "
-          f"{', '.join(checked) or 'no file yet: the script builds its trainer path at run time, so each process is checked as it starts'}"
-          f"{setup_note(text)}", file=sys.stderr)
-    note = panels_note(PROG, text, env, shown_path(launch_script) if launch_script else "the command",
-                       shown_path(workdir / config.otca_log_dir))
-    if note:
-        print(note, file=sys.stderr)
-    sys.stdout.flush()
+    record, keys, env = start(launch, checked, workdir)
     tree = watch.TreeWatch(record, STARTUP_DIR, RECORD_VARIABLE) if watch.available() else None
     try:
-        code = run_and_wait(command, env, tree)
+        code = run_and_wait(launch.command, env, tree)
         targeted, ran = read_record(record)
         failure = first_error(record)
     finally:
         record.unlink(missing_ok=True)
         keys.unlink(missing_ok=True)
     status = launch_status(code, tree, failure, targeted, ran)
-    print(closing_line(status, config, workdir), file=sys.stderr)
+    print(closing_line(status, launch.config, workdir), file=sys.stderr)
     return status
+
+
+def read_launch(argv: list[str]) -> Launch:
+    """The launch script or the command after ``--``, and the layer's flags; ``Refused`` on what
+    cannot run at all (with or without the layer)."""
+    if "--" in argv:  # [--otca ...] -- COMMAND [ARGS]: the command line runs exactly as given
+        split = argv.index("--")
+        flags, command = argv[:split], argv[split + 1:]
+        if not command:
+            raise Refused("nothing to run after --")
+        script, command_line = None, shlex.join(command)
+    else:
+        script, flags, command_line = Path(argv[0]), argv[1:], None
+        if script.is_dir():
+            raise Refused(script_is_folder(script))
+        if not script.is_file():
+            raise Refused(f"launch script {script} does not exist")
+    config, rest = parse_otca_args(flags)
+    refuse_flags(config, flags, rest, script)
+    if script is not None:
+        command = ["bash", str(script), *rest]
+        remote = remote_launcher(script.read_text(errors="replace"))
+        if config.active and remote:
+            raise Refused(f"{script} starts its trainers through {remote}, which does not pass "
+                          f"this environment to the processes it starts: they would train vanilla. Run each node's "
+                          f"command as `{PROG} {shlex.join(config.to_argv())} -- torchrun ...`, or put "
+                          f"`export {ENV_ARGS}={shlex.quote(shlex.join(config.to_argv()))} PYTHONPATH={STARTUP_DIR}:$PYTHONPATH` "
+                          f"into its remote command")
+    unstartable = cannot_start(command[0], dict(os.environ))
+    if unstartable:
+        raise Refused(unstartable)
+    return Launch(script, command, command_line, config)
+
+
+def refuse_flags(config: OtcaConfig, flags: list[str], rest: list[str], script: Path | None) -> None:
+    """Arguments that would leave the layer off without saying so: upstream arguments before ``--``,
+    a misspelled otca-patch flag, otca-patch flags without ``--otca``."""
+    if script is None and rest:
+        raise Refused(f"before -- only otca-patch flags go, got {shlex.join(rest)}")
+    misspelled = misspelled_flag(rest)
+    if misspelled:
+        raise Refused(misspelled)
+    given = [token for token in flags if token.split("=", 1)[0].startswith("--otca")]
+    if given and not config.active:
+        raise Refused(f"{shlex.join(config.to_argv()) or ' '.join(given)}: otca-patch flags without --otca or "
+                      f"--otca_observe would run the upstream script untouched; add --otca (or --otca_observe), "
+                      f"or drop them")
+
+
+def run_untouched(command: list[str]) -> None:
+    """Without the layer: upstream's command in this process, with none of the layer's variables."""
+    print(f"{PROG}: no --otca / --otca_observe: running the upstream script untouched", file=sys.stderr)
+    env = dict(os.environ)
+    for variable in (ENV_ARGS, ENV_TARGETS, ENV_SHAPES, RECORD_VARIABLE, COMMAND_VARIABLE):
+        env.pop(variable, None)
+    sys.stdout.flush()
+    os.execvpe(command[0], command, env)
+
+
+def preflight_launch(launch: Launch, workdir: Path) -> Checked:
+    """Every check before anything runs: the hook points of the files the launch names (or doctor's
+    verdict on what it runs instead), the objectives, target-only flags and the log folder."""
+    config = launch.config
+    specs = load_specs()
+    explicit = explicit_specs(config.otca_target, specs, workdir)
+    text = command_text(launch.script, workdir, launch.command_line)
+    launched = preflight(launch.script, workdir, text, not_overridden(specs, explicit, workdir))
+    held = list(launched) + check_explicit(explicit)
+    problem = None if held else unreachable(launch.script, workdir, text, specs, config)
+    if problem:
+        raise Refused(problem)
+    # the trainers this launch runs: those it names, else this checkout's, else any
+    named = list(launched.values()) + explicit
+    present = [spec for spec in specs if (workdir / spec.file).is_file()]
+    check_objectives(config, named or present or specs, named)
+    check_target_flags(config, named)
+    check_log_dir(config.otca_log_dir, workdir)
+    return Checked(specs, explicit, held, text)
+
+
+def start(launch: Launch, checked: Checked, workdir: Path) -> tuple[Path, Path, dict]:
+    """The launch record, the trainers' line keys and the environment every process inherits; says
+    what the layer does in one line (and once, when wandb's panels will not appear)."""
+    config = launch.config
+    record = record_file(workdir)
+    keys = write_trainer_keys(checked.specs, workdir, record)
+    compile_startup_hook()
+    env = dict(os.environ)
+    env.update({ENV_ARGS: shlex.join(layer_config(config, workdir).to_argv()),
+                ENV_TARGETS: targets(checked.specs, checked.explicit),
+                ENV_SHAPES: shapes(checked.specs, workdir), RECORD_VARIABLE: str(record), COMMAND_VARIABLE: PROG,
+                "PYTHONPATH": os.pathsep.join([str(STARTUP_DIR), *filter(None, [env.get("PYTHONPATH")])])})
+    print(f"{PROG}: layer installed ({shlex.join(config.to_argv())}); hook points hold in: "
+          f"{', '.join(checked.held) or 'no file yet: the script builds its trainer path at run time, so each process is checked as it starts'}"
+          f"{setup_note(checked.text)}", file=sys.stderr)
+    note = panels_note(PROG, checked.text, env, shown_path(launch.script) if launch.script else "the command",
+                       shown_path(workdir / config.otca_log_dir))
+    if note:
+        print(note, file=sys.stderr)
+    sys.stdout.flush()
+    return record, keys, env
 
 
 def launch_status(code: int, tree, failure, targeted: list[str], ran: list[str]) -> int:
     """The launch's exit status, saying why when the layer failed it."""
     if tree is not None and tree.stopped:  # said why already
         return code
-    if failure is not None and (code or not targeted):
+    if failure is not None:  # also with status 0: a process the wrapper could not collect (a tmux window)
         error(failure_message(failure))
         return code or 2
     if not targeted:

@@ -7,6 +7,7 @@ launch ends with the first error a process reported. It recognises a target howe
 written, and says of a file that is not one what doctor says (one verdict). On the synthetic upstream
 of test_launch.py and on the pinned upstream snapshots: every launch script starts with ``touch
 started``, so "refused before the script runs" is a file that does not exist."""
+import json
 import os
 import shutil
 import subprocess
@@ -179,6 +180,23 @@ def test_a_failed_launch_ends_with_the_first_error_a_worker_reported(tmp_path):
     assert error.endswith("reward model 'clip_t': cannot read checkpoint /ckpt/clip.pt")
     assert last.startswith("otca-patch launch: failed (exit status 2, the error above)")
     assert "otca-patch doctor" not in done.stderr  # not the generic advice
+
+
+def test_an_error_a_process_reported_fails_the_launch_even_when_the_script_exits_0(tmp_path):
+    """A process the wrapper cannot collect (a tmux window) or whose failure the script ignores: the
+    error it reported still fails the launch, after the targeted trainer trained patched."""
+    upstream, env = synthetic_upstream(tmp_path, TRAINER, RUNTIME)
+    (upstream / "trainer" / "train_copy.py").write_text((upstream / "trainer" / "train.py").read_text())
+    done = launch(upstream, env, "python trainer/train.py --out result.json\n"
+                                 "python trainer/train_copy.py --out copy.json || true", "--otca")
+    assert json.loads((upstream / "result.json").read_text())["advantages"] == [-4.0, -2.0, 6.0]
+    assert not (upstream / "copy.json").exists()
+    assert done.returncode == 2, done.stderr
+    error, last = done.stderr.strip().splitlines()[-2:]
+    assert error.startswith("otca-patch launch: error: the launch failed; the first error a process reported "
+                            "(trainer/train_copy.py, "), done.stderr
+    assert "is not a file the layer targets" in error
+    assert last.startswith("otca-patch launch: failed (exit status 2, the error above)")
 
 
 def test_a_trainer_that_raises_under_the_layer_is_relayed_with_its_exception(tmp_path):
