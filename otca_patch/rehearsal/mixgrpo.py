@@ -58,7 +58,7 @@ def plan(target: str, work: Path, device: str) -> Plan:
                                  "PYTHONUNBUFFERED": "1"}),
         ranks=ranks, dataloader_workers=int(option_value(words, "--dataloader_num_workers")),
         steps=STEPS * outputs.per_step // outputs.accumulation,
-        replacements=replacements(launcher, ranks, hps_replaced, device),
+        replacements=replacement_lines(launcher, ranks, hps_replaced, device),
         metrics=outputs.metrics, checkpoint_saved=outputs.checkpoint_saved, run_cwd=run_cwd,
         steps_taken=outputs.steps_taken, finished=outputs.finished)
 
@@ -125,7 +125,7 @@ class RunOutputs:
                 and self.checkpoint_saved(run))
 
 
-def replacements(launcher: list[str], ranks: int, hps_replaced: list[str], device: str) -> list[str]:
+def replacement_lines(launcher: list[str], ranks: int, hps_replaced: list[str], device: str) -> list[str]:
     """One line per thing the rehearsal replaces in upstream's launch (``launcher``: the torchrun line's
     launcher words), its models and its environment."""
     return [f"pdsh -w ^hostfile \"...; {' '.join(launcher)} ...\" (4 nodes of 8 GPUs) -> that torchrun "
