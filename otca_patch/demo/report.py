@@ -123,7 +123,7 @@ def comparison_table(result: dict) -> str:
 
 
 def render_markdown(result: dict, command: str) -> str:
-    """The report: headline and verdict, setup, results, figures and caveats, as Markdown."""
+    """The report as Markdown: title, verdict, samples and command; then setup, results, figures and caveats."""
     lines = [
         f"# OTCA demo: credit variants on a task with a known joint optimum (regime `{result.get('regime', 'conflicting')}`)",
         "",
