@@ -123,45 +123,58 @@ def main(argv=None) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(plain_text(__doc__))
         return 0 if argv else 2
+    checkout = Path.cwd()
     try:
         options = parse(argv)
+        out = Path(options["out"] or f"ab_runs/{time.strftime('%Y%m%d-%H%M%S')}").resolve()
+        target, private = checked_target(options, checkout)
+        runs = new_side_runs(out, options["seeds"])
     except ValueError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
-    out = Path(options["out"] or f"ab_runs/{time.strftime('%Y%m%d-%H%M%S')}").resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    code = run_sides(runs, options, target, private, checkout, out)
+    return code if code != 0 else write_comparison(out)
+
+
+def checked_target(options: dict, checkout: Path) -> tuple[Path, list]:
+    """The launch script as each side runs it (relative to ``checkout`` when inside it), or with
+    --smoke the upstream checkout; and the paths each side's working copy keeps private (none with
+    --smoke). Raises ValueError saying what is wrong with the target; warns when the launch script
+    sets no seed."""
     target = options["target"]
-    checkout = Path.cwd()
     if options["smoke"]:
         if not target.is_dir():
-            print(f"{PROG}: error: --smoke needs an upstream checkout folder, got {target}", file=sys.stderr)
-            return 2
-    else:
-        if not target.is_file():
-            print(f"{PROG}: error: launch script {target} does not exist (run from the upstream checkout)",
-                  file=sys.stderr)
-            return 2
-        if target.is_absolute():
-            target = target.relative_to(checkout) if target.is_relative_to(checkout) else target
-        try:
-            private = [*cwd_outputs(checkout, options["target"]), *output_dirs_of(options["target"]),
-                       *options["private"]]
-        except ValueError as exc:
-            print(f"{PROG}: error: {exc}", file=sys.stderr)
-            return 2
-        script = options["target"].read_text(errors="replace")
-        if options["seeds"] and SEED_VARIABLE not in script:
-            print(f"{PROG}: error: --seeds: the launch script {target} does not read ${SEED_VARIABLE}; give its "
-                  f"trainer --seed ${{{SEED_VARIABLE}:-42}} so each run gets its seed", file=sys.stderr)
-            return 2
-        if "--seed" not in script:
-            print(f"{PROG}: warning: the launch script sets no --seed; the sides will not share their noise",
-                  file=sys.stderr)
-    runs = side_runs(out, options["seeds"])
-    for name, _, run_dir, _ in runs:
+            raise ValueError(f"--smoke needs an upstream checkout folder, got {target}")
+        return target, []
+    if not target.is_file():
+        raise ValueError(f"launch script {target} does not exist (run from the upstream checkout)")
+    if target.is_absolute():
+        target = target.relative_to(checkout) if target.is_relative_to(checkout) else target
+    private = [*cwd_outputs(checkout, options["target"]), *output_dirs_of(options["target"]), *options["private"]]
+    script = options["target"].read_text(errors="replace")
+    if options["seeds"] and SEED_VARIABLE not in script:
+        raise ValueError(f"--seeds: the launch script {target} does not read ${SEED_VARIABLE}; give its "
+                         f"trainer --seed ${{{SEED_VARIABLE}:-42}} so each run gets its seed")
+    if "--seed" not in script:
+        print(f"{PROG}: warning: the launch script sets no --seed; the sides will not share their noise",
+              file=sys.stderr)
+    return target, private
+
+
+def new_side_runs(out: Path, seeds: list[int] | None) -> list[tuple[str, str, Path, int | None]]:
+    """``side_runs``, refused (ValueError) when a run folder already holds a run."""
+    runs = side_runs(out, seeds)
+    for _, _, run_dir, _ in runs:
         if (run_dir / "run_log.jsonl").exists():
-            print(f"{PROG}: error: {run_dir} already holds a run; pass another --out", file=sys.stderr)
-            return 2
-    out.mkdir(parents=True, exist_ok=True)
+            raise ValueError(f"{run_dir} already holds a run; pass another --out")
+    return runs
+
+
+def run_sides(runs: list, options: dict, target: Path, private: list, checkout: Path, out: Path) -> int:
+    """Every run of ``runs`` in turn, each in its run folder (a working copy of ``checkout`` for a
+    launch), its output in ``out``/<side>[-seed<S>].out. Returns 0, or the exit status of the first
+    run that fails (2 when its working copy cannot be made)."""
     for name, side_flag, run_dir, seed in runs:
         flags = side_argv(options["flags"], side_flag)
         env = None
@@ -181,6 +194,11 @@ def main(argv=None) -> int:
             print(f"{PROG}: error: the {name} side{'' if seed is None else f' (seed {seed})'} failed "
                   f"(exit {code}); its output is in {output}", file=sys.stderr)
             return code
+    return 0
+
+
+def write_comparison(out: Path) -> int:
+    """``otca-patch compare`` of the two sides into ``out``/compare; prints its headlines and the report's path."""
     try:
         report = compare([out / name for name, _ in SIDES], out / "compare", labels=[name for name, _ in SIDES])
     except LogError as exc:

@@ -83,18 +83,8 @@ def compare(paths: list[Path], out: Path, labels: list[str] | None = None, objec
     window, cycle = positive_int("window", window), positive_int("cycle", cycle)
     if not (isinstance(threshold, (int, float)) and threshold >= 0):
         raise LogError(f"--threshold must be a number >= 0 (in objective sigmas), got {threshold!r}")
-    if not paths:
-        raise LogError("compare needs a run (one draws its pictures; two or more are compared)")
-    if labels is not None and len(labels) != len(paths):
-        raise LogError(f"--labels gives {len(labels)} labels for {len(paths)} runs")
-    labels = labels or unique_labels(paths)
-    if len(set(labels)) != len(labels):
-        raise LogError(f"labels repeat: {labels}; pass --labels")
-    sides = [load_side(p, label) for p, label in zip(paths, labels)]
-    merged = align_objectives([side.merged for side in sides], objectives)
-    for side, run in zip(sides, merged):
-        side.merged = run
-        side.runs = align_objectives(side.runs, run.objectives) if len(side.runs) > 1 else [run]
+    labels = checked_labels(paths, labels)
+    sides = load_aligned_sides(paths, labels, objectives)
     runs = [side.merged for side in sides]
     length = min(len(r.steps) for r in runs)
     every_run = [r for side in sides for r in side.runs]  # sigma from the runs themselves, not the seed means
@@ -118,6 +108,44 @@ def compare(paths: list[Path], out: Path, labels: list[str] | None = None, objec
     differences = {side.label: side_differences(sides[0], side, standardiser, block, threshold)
                    for side in sides[1:]}
     out.mkdir(parents=True, exist_ok=True)
+    figures = draw_figures(runs, scores, window, out)
+    text = build_report(sides, scores, reach_table(scores), standardiser, window, figures, warnings,
+                        differences=differences, cycle=(cycle, cycle_how, block), threshold=threshold,
+                        samples=samples_figure(sides, out))
+    report = out / "report.md"
+    atomic_write_text(report, text)
+    for warning in warnings:
+        print(f"otca-patch compare: warning: {warning}", file=sys.stderr)
+    return report
+
+
+def checked_labels(paths: list[Path], labels: list[str] | None) -> list[str]:
+    """The runs' labels (``labels``, or names from the runs' paths); raises ``LogError`` when there is no
+    run, or the labels do not name every run once."""
+    if not paths:
+        raise LogError("compare needs a run (one draws its pictures; two or more are compared)")
+    if labels is not None and len(labels) != len(paths):
+        raise LogError(f"--labels gives {len(labels)} labels for {len(paths)} runs")
+    labels = labels or unique_labels(paths)
+    if len(set(labels)) != len(labels):
+        raise LogError(f"labels repeat: {labels}; pass --labels")
+    return labels
+
+
+def load_aligned_sides(paths: list[Path], labels: list[str], objectives: tuple[str, ...] | None) -> list[Side]:
+    """Each run's side, its merged run and every seed's run restricted to ``objectives`` (without them, every
+    run must log the same objectives: ``LogError`` otherwise)."""
+    sides = [load_side(p, label) for p, label in zip(paths, labels)]
+    merged = align_objectives([side.merged for side in sides], objectives)
+    for side, run in zip(sides, merged):
+        side.merged = run
+        side.runs = align_objectives(side.runs, run.objectives) if len(side.runs) > 1 else [run]
+    return sides
+
+
+def draw_figures(runs: list[Run], scores, window: int, out: Path) -> dict[str, list[str]]:
+    """Draws the figures into ``out``: each objective's reward, the balanced score, and per run that trains with
+    credit its step weights and objective mixture. Returns the file names by figure kind."""
     figures: dict[str, list[str]] = {"per-objective reward": [], "balanced score": [],
                                      "step weights": [], "objective mixture": []}
     for objective in runs[0].objectives:
@@ -137,14 +165,7 @@ def compare(paths: list[Path], out: Path, labels: list[str] | None = None, objec
             name = f"mixture_{file_safe(run.label)}.png"
             mixture_over_training(run, window, out / name)
             figures["objective mixture"].append(name)
-    text = build_report(sides, scores, reach_table(scores), standardiser, window, figures, warnings,
-                        differences=differences, cycle=(cycle, cycle_how, block), threshold=threshold,
-                        samples=samples_figure(sides, out))
-    report = out / "report.md"
-    atomic_write_text(report, text)
-    for warning in warnings:
-        print(f"otca-patch compare: warning: {warning}", file=sys.stderr)
-    return report
+    return figures
 
 
 def side_differences(reference: Side, candidate: Side, standardiser, block: int, threshold: float) -> list:

@@ -83,6 +83,15 @@ class CreditConfig:
                             library_only=True)
 
     def __post_init__(self) -> None:
+        """Validates every field, one group at a time; a bad value raises one ValueError naming its field."""
+        self._check_mode()
+        self._check_numbers()
+        self._check_choices()
+        self._check_objective_timing()
+        self._check_objective_weights()
+
+    def _check_mode(self) -> None:
+        """The credit mode, and the parameters of the comparison mode coca."""
         if self.mode not in modes.names():
             raise ValueError(f"mode: unknown credit mode {self.mode!r}; valid modes are "
                              f"{', '.join(modes.names(launchable=True))} (and the comparison methods "
@@ -92,6 +101,9 @@ class CreditConfig:
             raise ValueError(f"coca_alpha: must lie in [0, 1], got {self.coca_alpha}")
         if isinstance(self.coca_window, bool) or not isinstance(self.coca_window, int) or self.coca_window < 1:
             raise ValueError(f"coca_window: must be an integer >= 1, got {self.coca_window!r}")
+
+    def _check_numbers(self) -> None:
+        """The numeric knobs of TCD, reward normalisation and exploration; ``std_correction`` becomes an int."""
         _check_finite("w_min", self.w_min)
         if not 0.0 <= self.w_min <= 1.0:
             raise ValueError(f"w_min: must lie in [0, 1], got {self.w_min}")
@@ -107,6 +119,9 @@ class CreditConfig:
         _check_finite("explore", self.explore)
         if self.explore < 0:
             raise ValueError(f"explore: must be >= 0, got {self.explore}")
+
+    def _check_choices(self) -> None:
+        """The scopes, fusion and scales chosen by name, and the one combination of them that is refused."""
         if self.std_scope not in STD_SCOPES:
             raise ValueError(f"std_scope: must be one of {', '.join(STD_SCOPES)}, got {self.std_scope!r}")
         if self.weight_scope not in WEIGHT_SCOPES:
@@ -122,6 +137,9 @@ class CreditConfig:
         if self.reward_scale == "window" and self.std_scope != "group":
             raise ValueError("reward_scale: window sets every objective's scale itself; it cannot be combined with "
                              f"std_scope={self.std_scope!r}")
+
+    def _check_objective_timing(self) -> None:
+        """How each objective's share is spread over the steps, and its floor."""
         if self.objective_timing not in OBJECTIVE_TIMINGS:
             raise ValueError(f"objective_timing: must be one of {', '.join(OBJECTIVE_TIMINGS)}, got {self.objective_timing!r}")
         if self.objective_timing == "probe" and not modes.get(self.mode).splits:
@@ -130,6 +148,9 @@ class CreditConfig:
         _check_finite("timing_floor", self.timing_floor)
         if not 0.0 <= self.timing_floor <= 1.0:
             raise ValueError(f"timing_floor: must lie in [0, 1], got {self.timing_floor}")
+
+    def _check_objective_weights(self) -> None:
+        """The per-objective weights ``s_k``; stored back as a tuple of floats."""
         if self.objective_weights is not None:
             weights = tuple(float(w) for w in self.objective_weights)
             if not weights:

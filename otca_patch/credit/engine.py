@@ -90,26 +90,10 @@ def compute_credit(rewards, latents: torch.Tensor, group_ids, config: Optional[C
     """
     config = config if config is not None else CreditConfig()
     rewards = _check_rewards(rewards)
-    if not isinstance(latents, torch.Tensor):
-        raise ValueError(f"latents: expected a torch.Tensor [B, T+1, ...], got {type(latents).__name__}")
-    if not latents.is_floating_point():
-        raise ValueError(f"latents: expected a floating-point tensor, got dtype {latents.dtype}")
-    if latents.dim() < 2:
-        raise ValueError(f"latents: expected shape [B, T+1, ...], got {tuple(latents.shape)}")
-    if latents.shape[0] != rewards.shape[0]:
-        raise ValueError(f"latents: batch size {latents.shape[0]} does not match rewards' B = {rewards.shape[0]}")
-    if latents.shape[1] < 2:
-        raise ValueError(f"latents: need T+1 >= 2 states per trajectory, got {latents.shape[1]}")
-    if latents[0, 0].numel() == 0:
-        raise ValueError(f"latents: each state must hold at least one value, got shape {tuple(latents.shape)}")
+    _check_latents(latents, rewards.shape[0])
     group_ids = _check_group_ids(group_ids, rewards.shape[0])
     _check_objective_weights(config, rewards.shape[1])
-
-    if final is not None:
-        if not isinstance(final, torch.Tensor) or not final.is_floating_point() or \
-                tuple(final.shape) != (latents.shape[0],) + tuple(latents.shape[2:]):
-            raise ValueError(f"final: expected a float tensor of shape {(latents.shape[0],) + tuple(latents.shape[2:])} "
-                             f"(one state per sample), got {getattr(final, 'shape', type(final).__name__)}")
+    _check_final(final, latents)
     similarity = tcd.similarity_to_final(latents, chunk_bytes=chunk_bytes, final=final)
     if not torch.isfinite(similarity).all():
         if final is not None:
@@ -269,6 +253,32 @@ def _check_rewards(rewards) -> torch.Tensor:
         raise ValueError(f"rewards: expected a numeric tensor, got dtype {rewards.dtype}")
     check_finite("rewards", rewards)
     return rewards
+
+
+def _check_latents(latents, batch: int) -> None:
+    """``latents`` must be a float ``[B, T+1, ...]`` tensor with ``B == batch``, ``T >= 1``, non-empty states."""
+    if not isinstance(latents, torch.Tensor):
+        raise ValueError(f"latents: expected a torch.Tensor [B, T+1, ...], got {type(latents).__name__}")
+    if not latents.is_floating_point():
+        raise ValueError(f"latents: expected a floating-point tensor, got dtype {latents.dtype}")
+    if latents.dim() < 2:
+        raise ValueError(f"latents: expected shape [B, T+1, ...], got {tuple(latents.shape)}")
+    if latents.shape[0] != batch:
+        raise ValueError(f"latents: batch size {latents.shape[0]} does not match rewards' B = {batch}")
+    if latents.shape[1] < 2:
+        raise ValueError(f"latents: need T+1 >= 2 states per trajectory, got {latents.shape[1]}")
+    if latents[0, 0].numel() == 0:
+        raise ValueError(f"latents: each state must hold at least one value, got shape {tuple(latents.shape)}")
+
+
+def _check_final(final, latents: torch.Tensor) -> None:
+    """``final``, when given, must be a float ``[B, ...]`` tensor: one state shaped like ``latents[:, 0]`` per sample."""
+    if final is None:
+        return
+    if not isinstance(final, torch.Tensor) or not final.is_floating_point() or \
+            tuple(final.shape) != (latents.shape[0],) + tuple(latents.shape[2:]):
+        raise ValueError(f"final: expected a float tensor of shape {(latents.shape[0],) + tuple(latents.shape[2:])} "
+                         f"(one state per sample), got {getattr(final, 'shape', type(final).__name__)}")
 
 
 def _check_group_ids(group_ids, batch: int) -> torch.Tensor:

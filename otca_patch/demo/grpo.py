@@ -124,42 +124,77 @@ def policy_update(model: TinyFlux, optimizer: torch.optim.Optimizer, batch: Batc
     for micro_index, rows in enumerate(torch.arange(config.batch_size).split(config.micro_batch)):
         for column in range(config.trained_steps):
             steps = order[rows, column]  # [m] original step index (and sigma index) per sample
-            z, z_next = rollout.latents[rows, steps], rollout.latents[rows, steps + 1]
-            sigma, sigma_next = rollout.sigmas[steps], rollout.sigmas[steps + 1]
-            step = sde_transition(z, model(z, sigma, batch.prompt_ids[rows]), sigma, sigma_next, config.eta)
-            new_log_probs = gaussian_log_prob(z_next, step.mean, step.std)
-            old_log_probs = rollout.log_probs[rows, steps]
-            loss_of = lambda adv: ppo_clipped_loss(new_log_probs, old_log_probs, adv, config.clip_range,  # noqa: E731
-                                                   config.adv_clip_max).mean() / scale
-            loss = loss_of(advantages[rows, steps])
-            if objective_advantages is None:
-                loss.backward()
-            else:
-                losses = [loss_of(objective_advantages[rows, k]) for k in range(objective_advantages.shape[1])]
-                if combiner is None:
-                    losses.append(loss)
-                grads = _stacked_gradients(new_log_probs, losses, params)  # [K(+1), P]
-                objective_grads = grads[:len(losses) - (combiner is None)] + (0 if objective_grads is None else objective_grads)
-                if combiner is None:
-                    _add_to_grads(params, grads[-1])
-            total_loss += loss.item()
-            ratio = torch.exp(new_log_probs.detach() - old_log_probs)
-            clipped += int(((ratio - 1).abs() > config.clip_range).sum())
+            loss, n_clipped, step_grads = _backward_step(model, batch, rows, steps, advantages, objective_advantages,
+                                                         combiner, params, scale, config)
+            if step_grads is not None:
+                objective_grads = step_grads + (0 if objective_grads is None else objective_grads)
+            total_loss += loss
+            clipped += n_clipped
             count += rows.numel()
         if (micro_index + 1) % config.grad_accum == 0:
-            if objective_grads is not None:
-                if combiner is not None:
-                    _add_to_grads(params, combiner.combine(objective_grads))
-                applied = torch.cat([p.grad.reshape(-1) if p.grad is not None else torch.zeros(p.numel())
-                                     for p in params])
-                diagnostics.append(conflict_diagnostic(objective_grads, applied))
-                objective_grads = None
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm))
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
+            grad_norm, diagnostic = _optimizer_step(optimizer, params, objective_grads, combiner, config.max_grad_norm)
+            if diagnostic is not None:
+                diagnostics.append(diagnostic)
+            objective_grads = None
     model.eval()
     return {"loss": total_loss, "clip_fraction": clipped / max(count, 1), "grad_norm": grad_norm,
             "diagnostics": diagnostics}
+
+
+def _backward_step(model: TinyFlux, batch: Batch, rows: torch.Tensor, steps: torch.Tensor, advantages: torch.Tensor,
+                   objective_advantages: Optional[torch.Tensor], combiner: Optional[MarbleCombiner], params: list,
+                   scale: float, config: DemoConfig) -> tuple[float, int, Optional[torch.Tensor]]:
+    """The PPO loss of one trained step per sample of a micro-batch, and its backward pass.
+
+    ``rows [m]`` are the samples, ``steps [m]`` the step trained for each. Without
+    ``objective_advantages [B, K]`` the loss's gradient is added to the parameters' ``.grad``; with
+    them each objective's gradient is taken too (one batched pass), and the loss's is added only
+    without ``combiner``. Returns the loss, the number of ratios outside the clip range, and this
+    step's objective gradients ``[K, P]`` (``None`` without ``objective_advantages``).
+    """
+    rollout = batch.rollout
+    z, z_next = rollout.latents[rows, steps], rollout.latents[rows, steps + 1]
+    sigma, sigma_next = rollout.sigmas[steps], rollout.sigmas[steps + 1]
+    step = sde_transition(z, model(z, sigma, batch.prompt_ids[rows]), sigma, sigma_next, config.eta)
+    new_log_probs = gaussian_log_prob(z_next, step.mean, step.std)
+    old_log_probs = rollout.log_probs[rows, steps]
+    loss_of = lambda adv: ppo_clipped_loss(new_log_probs, old_log_probs, adv, config.clip_range,  # noqa: E731
+                                           config.adv_clip_max).mean() / scale
+    loss = loss_of(advantages[rows, steps])
+    step_grads = None
+    if objective_advantages is None:
+        loss.backward()
+    else:
+        losses = [loss_of(objective_advantages[rows, k]) for k in range(objective_advantages.shape[1])]
+        if combiner is None:
+            losses.append(loss)
+        grads = _stacked_gradients(new_log_probs, losses, params)  # [K(+1), P]
+        step_grads = grads[:len(losses) - (combiner is None)]
+        if combiner is None:
+            _add_to_grads(params, grads[-1])
+    ratio = torch.exp(new_log_probs.detach() - old_log_probs)
+    return loss.item(), int(((ratio - 1).abs() > config.clip_range).sum()), step_grads
+
+
+def _optimizer_step(optimizer: torch.optim.Optimizer, params: list, objective_grads: Optional[torch.Tensor],
+                    combiner: Optional[MarbleCombiner], max_grad_norm: float) -> tuple[float, Optional[dict]]:
+    """One update from the accumulated gradients; ``.grad`` is cleared after it.
+
+    With ``objective_grads [K, P]`` (summed over the update's micro-batches) the combiner's update, if
+    any, is added first, and the diagnostic compares each objective's gradient with the applied one.
+    Returns the gradient norm before clipping to ``max_grad_norm``, and the diagnostic (or ``None``).
+    """
+    diagnostic = None
+    if objective_grads is not None:
+        if combiner is not None:
+            _add_to_grads(params, combiner.combine(objective_grads))
+        applied = torch.cat([p.grad.reshape(-1) if p.grad is not None else torch.zeros(p.numel())
+                             for p in params])
+        diagnostic = conflict_diagnostic(objective_grads, applied)
+    grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_grad_norm))
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return grad_norm, diagnostic
 
 
 def _stacked_gradients(outputs: torch.Tensor, losses: list, params: list) -> torch.Tensor:

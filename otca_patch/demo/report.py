@@ -123,9 +123,7 @@ def comparison_table(result: dict) -> str:
 
 
 def render_markdown(result: dict, command: str) -> str:
-    cfg, objectives = result["config"], result["objectives"]
-    seeds, n = result["seeds"], len(result["seeds"])
-    model = result["base_model"]
+    """The report as Markdown: title, verdict, samples and command; then setup, results, figures and caveats."""
     lines = [
         f"# OTCA demo: credit variants on a task with a known joint optimum (regime `{result.get('regime', 'conflicting')}`)",
         "",
@@ -133,6 +131,17 @@ def render_markdown(result: dict, command: str) -> str:
         *samples_lines(result),
         f"Command: `{command}`. Everything below was measured by this run; nothing is copied from the paper.",
         "",
+        *_setup_lines(result),
+        *_results_lines(result),
+        *_figures_and_caveats_lines(result),
+    ]
+    return "\n".join(lines)
+
+
+def _setup_lines(result: dict) -> list:
+    """The model, GRPO, seeds and evaluation of the run, then the task, objectives, regimes and measures."""
+    cfg, seeds, model = result["config"], result["seeds"], result["base_model"]
+    return [
         "## Setup",
         "",
         f"- Base model: diffusers `FluxTransformer2DModel` ({cfg['layers']} joint + {cfg['single_layers']} single "
@@ -155,6 +164,14 @@ def render_markdown(result: dict, command: str) -> str:
         "### Objectives", "", _indent_doc(OBJECTIVES_DOC), "",
         "### Regimes", "", _indent_doc(REGIMES_DOC), "",
         "### Measures", "", _indent_doc(EVALUATION_DOC), "",
+    ]
+
+
+def _results_lines(result: dict) -> list:
+    """The rewards table and the gap closed per variant; the paired comparisons and the verdict when variants
+    were compared; the runs that improve every objective."""
+    objectives, n = result["objectives"], len(result["seeds"])
+    lines = [
         "## Results", "",
         "| | " + " | ".join(objectives) + " |", "|---|" + "---:|" * len(objectives),
         "| base model | " + " | ".join(f"{result['base'][k]:.4f}" for k in objectives) + " |",
@@ -173,7 +190,13 @@ def render_markdown(result: dict, command: str) -> str:
     improving = result["seeds_improving_every_objective"]
     lines += ["- Runs that improve every objective over the base: " + ", ".join(
         f"`{m}` {len(s)} of {n} seeds" for m, s in improving.items()) + ".", ""]
-    lines += [
+    return lines
+
+
+def _figures_and_caveats_lines(result: dict) -> list:
+    """The figures (the timing map's when measured), the caveats and the time the run took."""
+    n = len(result["seeds"])
+    return [
         "## Figures", "",
         "![gap closed and drift](reward_curves.png)", "", "![step weights](step_weights.png)", "",
         "![mixture](mixture.png)", "",
@@ -188,7 +211,6 @@ def render_markdown(result: dict, command: str) -> str:
         f"{result['seconds']['base_model_cpu']:.0f} s CPU; GRPO runs {result['seconds']['grpo_cpu']:.0f} s CPU in all).",
         "",
     ]
-    return "\n".join(lines)
 
 
 def samples_lines(result: dict) -> list:

@@ -179,8 +179,9 @@ def validate(args) -> None:
 
 
 def evaluate(args) -> int:
+    """Scores every checkpoint on every prompt (from the cache where it holds them), then writes the table,
+    ``results.json`` and the samples grid into ``--out``."""
     import torch
-    from tqdm import tqdm
 
     validate(args)
     if not (args.base / "model_index.json").is_file():
@@ -198,6 +199,19 @@ def evaluate(args) -> int:
               "reward_ckpt": {n: _fingerprint(Path(p), hashes) for n, p in reward_ckpt.items()},
               "reward_opt": reward_opt}
 
+    caches, todo = _checkpoint_caches(args, checkpoints, common, hashes, len(prompts))
+    missing = sum(len(t) for t in todo)
+    print(f"otca-patch eval: {len(checkpoints)} checkpoints x {len(prompts)} prompts; "
+          f"{len(checkpoints) * len(prompts) - missing} cached, {missing} to compute", file=sys.stderr)
+    _compute_missing(args, Evaluator(args, dtype, device), checkpoints, caches, todo, prompts)
+    _write_results(args, checkpoints, caches, prompts, common)
+    return 0
+
+
+def _checkpoint_caches(args, checkpoints: list[Checkpoint], common: dict, hashes: FileHashes,
+                       n_prompts: int) -> tuple[list[EntryCache], list[list[int]]]:
+    """Per checkpoint, its cache (keyed by the settings ``common`` and the checkpoint's weights) and the
+    indices of the prompts it does not hold yet."""
     caches, todo = [], []
     for checkpoint in checkpoints:
         if checkpoint.folder is None:
@@ -207,12 +221,16 @@ def evaluate(args) -> int:
         key = cache_key({**common, "checkpoint": weights})
         cache = EntryCache(args.out / "cache" / f"{_file_safe(checkpoint.label)}-{key[:16]}", {**common, "checkpoint": weights})
         caches.append(cache)
-        todo.append([i for i in range(len(prompts)) if cache.get(i) is None])
-    missing = sum(len(t) for t in todo)
-    print(f"otca-patch eval: {len(checkpoints)} checkpoints x {len(prompts)} prompts; "
-          f"{len(checkpoints) * len(prompts) - missing} cached, {missing} to compute", file=sys.stderr)
+        todo.append([i for i in range(n_prompts) if cache.get(i) is None])
+    return caches, todo
 
-    evaluator = Evaluator(args, dtype, device)
+
+def _compute_missing(args, evaluator: Evaluator, checkpoints: list[Checkpoint], caches: list[EntryCache],
+                     todo: list[list[int]], prompts: list[str]) -> None:
+    """Generates and scores the images of the prompts ``todo`` per checkpoint, in batches, into its cache."""
+    from tqdm import tqdm
+
+    missing = sum(len(t) for t in todo)
     if missing:
         evaluator.load_rewards()  # a missing reward checkpoint or a bad option stops here, before the pipeline
     with tqdm(total=missing, unit="image", desc="eval", file=sys.stderr, disable=not missing) as progress:
@@ -230,6 +248,11 @@ def evaluate(args) -> int:
                                       "scores": dict(zip(names, row))}, image)
                 progress.update(len(batch))
 
+
+def _write_results(args, checkpoints: list[Checkpoint], caches: list[EntryCache], prompts: list[str],
+                   common: dict) -> None:
+    """Prints the table of each checkpoint's mean scores and writes it (``table.md``), every score
+    (``results.json``) and the samples grid (``samples.png``) into ``--out``."""
     rows, results, metrics = [], {}, None
     for checkpoint, cache in zip(checkpoints, caches):
         entries = [cache.get(i) for i in range(len(prompts))]
@@ -247,7 +270,6 @@ def evaluate(args) -> int:
     (args.out / "results.json").write_text(json.dumps({"prompts": str(args.prompts), "settings": {
         k: v for k, v in common.items() if k not in ("base", "prompts")}, "checkpoints": results}, indent=1))
     print(f"otca-patch eval: wrote table.md, results.json and samples.png in {args.out}", file=sys.stderr)
-    return 0
 
 
 def samples_grid(labels: list[str], caches: list[EntryCache], prompts: list[str]):

@@ -276,17 +276,9 @@ def plan(target: str, work: Path, device: str) -> Plan:
     from ..smoke.flowgrpo import write_prompt_lists
 
     write_prompt_lists(dataset)
-    sizes = spec.sizes()
-    sizes.steps = EPOCHS
-    overrides = {**spec.overrides(sizes, dataset, model), "save_freq": SAVE_FREQ}
-    # upstream's named config keeps its own save_dir (under logs/), relative to the run's checkout copy
-    overrides.pop("logdir", None)
     on_cpu = device == "cpu"
+    sizes, overrides = run_overrides(spec, dataset, model, on_cpu)
     ranks = ranks_on(device, spec)
-    if on_cpu:
-        overrides["mixed_precision"] = "no"
-    else:
-        overrides.pop("mixed_precision", None)
     launcher, script, arguments, named = upstream_launch(source, spec)
     stand_ins = ([] if not on_cpu else ["accelerate_on_cpu"] if spec.launcher == "accelerate" else ["fsdp_on_cpu"])
     float_ids = spec.decodes_float_ids and transformers_major(paths) >= 5
@@ -314,6 +306,35 @@ def plan(target: str, work: Path, device: str) -> Plan:
     kept = [path for path in os.environ.get("PYTHONPATH", "").split(os.pathsep) if path]
     env = {"PYTHONPATH": os.pathsep.join([*paths, ".", *kept]),
            "WANDB_MODE": "offline", "HF_HUB_OFFLINE": "1"}
+    replacements = replacement_lines(spec, commit, model, ranks, named, sizes, overrides, on_cpu, float_ids, paths)
+    return Plan(target=target, cwd=source, command=command, env=env, ranks=ranks, dataloader_workers=spec.workers,
+                steps=EPOCHS, replacements=replacements,
+                metrics=lambda run: logged_metrics(wandb_history(run_cwd(run))),
+                checkpoint_saved=lambda run: checkpoint_after_training(run_cwd(run)),
+                run_cwd=run_cwd, steps_taken=lambda run: optimizer_steps(wandb_history(run_cwd(run))))
+
+
+def run_overrides(spec: Target, dataset: Path, model: Path, on_cpu: bool) -> tuple[object, dict]:
+    """The smoke's sizes of ``spec`` for EPOCHS epochs, and the config keys the run sets: those of the smoke,
+    a checkpoint every SAVE_FREQ steps, upstream's own save_dir, and no mixed precision on the CPU
+    (upstream's own on GPUs)."""
+    sizes = spec.sizes()
+    sizes.steps = EPOCHS
+    overrides = {**spec.overrides(sizes, dataset, model), "save_freq": SAVE_FREQ}
+    # upstream's named config keeps its own save_dir (under logs/), relative to the run's checkout copy
+    overrides.pop("logdir", None)
+    if on_cpu:
+        overrides["mixed_precision"] = "no"
+    else:
+        overrides.pop("mixed_precision", None)
+    return sizes, overrides
+
+
+def replacement_lines(spec: Target, commit: str, model: Path, ranks: int, named: list[str], sizes, overrides: dict,
+                      on_cpu: bool, float_ids: bool, paths: list[str]) -> list[str]:
+    """One line per thing the rehearsal replaces in upstream's launch of ``spec`` (flow_grpo ``commit``):
+    the model, the launch on ``ranks`` processes, the config ``named`` with ``sizes`` and ``overrides``,
+    and what stands in for the GPU on the CPU, for transformers 5 (``float_ids``) and for Qwen (``paths``)."""
     replacements = [
         f"model: a tiny pipeline in diffusers' layout, {model} (config.pretrained.model; upstream: {spec.model})",
         f"launch: upstream's {spec.launch_script} (flow_grpo {commit}) on {ranks} processes, a free port",
@@ -338,8 +359,4 @@ def plan(target: str, work: Path, device: str) -> Plan:
                             "does (set by the config; transformers 5's tokenizers reject floats)")
     if paths:
         replacements.append(f"transformers >= 4.49 (Qwen2.5-VL) first on PYTHONPATH: {paths[0]}")
-    return Plan(target=target, cwd=source, command=command, env=env, ranks=ranks, dataloader_workers=spec.workers,
-                steps=EPOCHS, replacements=replacements,
-                metrics=lambda run: logged_metrics(wandb_history(run_cwd(run))),
-                checkpoint_saved=lambda run: checkpoint_after_training(run_cwd(run)),
-                run_cwd=run_cwd, steps_taken=lambda run: optimizer_steps(wandb_history(run_cwd(run))))
+    return replacements

@@ -8,6 +8,7 @@ saved, and compares what those steps logged."""
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 from . import upstreams
@@ -35,24 +36,11 @@ def plan(target: str, work: Path, device: str) -> Plan:
         raise ValueError(f"{target}: not a MixGRPO rehearsal target (they are: {', '.join(TARGETS)})")
     import hpsv2
 
-    from ..rewards.clip_libs import import_hpsv2_open_clip
-    from ..smoke.tiny_flux import build_tiny_flux
-
-    checkout = upstreams.checkout("MixGRPO")
-    import_hpsv2_open_clip()  # its wheel omits the tokenizer vocabulary the HPSv2 checkout has
-    flux = build_tiny_flux(work / "flux")
-    embeddings = work / "rl_embeddings"
-    flux_embeddings(flux, embeddings, IMAGE_PROMPTS * 2)
-    (embeddings / "prompt.json").write_bytes((embeddings / "videos2caption.json").read_bytes())
-    hps_config, hps_replaced = tiny_hps(work / "hps")
+    checkout, flux, embeddings, hps_config, hps_replaced = checkout_and_stand_ins(work)
     ranks = ranks_on(device)
     launcher, script, arguments = split_launcher(expanded_launcher_line(checkout / SCRIPT))
     words = [script, *set_options(arguments, SMALL)]
-    strategy, experiment = option_value(words, "--training_strategy"), option_value(words, "--experiment_name")
-    out = Path(option_value(words, "--output_dir")) / f"{strategy}_{experiment}"
-    rewards_file = out / f"flux_{option_value(words, '--reward_model')}_{strategy}_{experiment}.txt"
-    per_step = int(option_value(words, "--num_generations"))  # samples per rank and training step
-    accumulation = int(option_value(words, "--gradient_accumulation_steps"))
+    outputs = RunOutputs.of(words)
 
     def run_cwd(run: Path) -> Path:
         here = copy_checkout(checkout, run / "MixGRPO")
@@ -64,53 +52,96 @@ def plan(target: str, work: Path, device: str) -> Plan:
         (here / "HPSv2" / "hpsv2").symlink_to(Path(hpsv2.__file__).parent)
         return here
 
-    def prints(run: Path) -> list[str]:
-        path = run / "stdout.log"
-        return [line.strip() for line in path.read_text(errors="replace").splitlines()] if path.is_file() else []
-
-    def metrics(run: Path) -> list[float]:
-        """The rewards and per-sample prints of the first STEPS training steps (a stopped run may have begun more)."""
-        kinds = {}
-        for line in prints(run):
-            found = PRINTS.match(line)
-            if found:
-                kinds.setdefault(found.group(1), []).append(float(found.group(2)))
-        logged = [v for kind in ("advantage", "final loss", "kl loss") for v in kinds.get(kind, [])[:STEPS * per_step]]
-        return logged + numbers_printed(run / "MixGRPO" / rewards_file, REWARD_LINE)[:STEPS]
-
-    def steps_taken(run: Path) -> int:
-        losses = [line for line in prints(run) if line.startswith("final loss ")][:STEPS * per_step]
-        return len(losses) // accumulation
-
-    def checkpoint_saved(run: Path) -> bool:
-        return any((run / "MixGRPO" / out).glob("checkpoint-2-0/diffusion_pytorch_model.safetensors"))
-
-    def finished(run: Path) -> bool:
-        """STEPS training steps done: step STEPS + 1 has logged its reward (rank 0 writes it after sampling)."""
-        return len(numbers_printed(run / "MixGRPO" / rewards_file, REWARD_LINE)) > STEPS and checkpoint_saved(run)
-
     return Plan(
         target="mixgrpo-flux", cwd=checkout, command=lambda run: launch(words, ranks),
         env=environment(device, {TINY_HPS_CONFIG_VARIABLE: str(hps_config), IMPORT_STUBS_VARIABLE: "mixgrpo",
                                  "PYTHONUNBUFFERED": "1"}),
         ranks=ranks, dataloader_workers=int(option_value(words, "--dataloader_num_workers")),
-        steps=STEPS * per_step // accumulation,
-        replacements=[f"pdsh -w ^hostfile \"...; {' '.join(launcher)} ...\" (4 nodes of 8 GPUs) -> that torchrun "
-                      f"line on one node, {ranks} processes, its shell variables expanded (--wandb_key '' as an "
-                      f"empty value)",
-                      "upstream's sizes -> " + ", ".join(f"{k} {v}" for k, v in SMALL.items() if k != "--reward_model"),
-                      "--reward_model multi_reward -> hpsv2 (ImageReward and PickScore load from the Hugging Face hub, "
-                      "UnifiedReward is a server): one of the script's own choices",
-                      "the endless epoch loop -> stopped (SIGTERM) once 2 training steps and the checkpoint are done; "
-                      "stdout unbuffered so that what they printed is all there",
-                      "data/flux (FLUX.1-dev) -> a tiny FLUX pipeline folder in diffusers' layout",
-                      "data/rl_embeddings/prompt.json -> preprocess_flux_embedding.py's layout from the tiny text "
-                      "encoders",
-                      *hps_replaced,
-                      "the HPSv2 git checkout (README) -> HPSv2/hpsv2 linked to the installed hpsv2 package",
-                      "clip (OpenAI's, a git install) and ImageReward -> import stubs where they do not import",
-                      *(REPLACEMENTS_CPU if device == "cpu" else []), PINNED_STRUCTURE,
-                      "pip install -e . -> the checkout on PYTHONPATH; wandb disabled (upstream's script sets "
-                      "WANDB_DISABLED=true)"],
-        metrics=metrics, checkpoint_saved=checkpoint_saved, run_cwd=run_cwd, steps_taken=steps_taken,
-        finished=finished)
+        steps=STEPS * outputs.per_step // outputs.accumulation,
+        replacements=replacement_lines(launcher, ranks, hps_replaced, device),
+        metrics=outputs.metrics, checkpoint_saved=outputs.checkpoint_saved, run_cwd=run_cwd,
+        steps_taken=outputs.steps_taken, finished=outputs.finished)
+
+
+def checkout_and_stand_ins(work: Path) -> tuple[Path, Path, Path, Path, list[str]]:
+    """MixGRPO's checkout and what stands in for its downloads, built under ``work``: the tiny FLUX
+    pipeline folder, its prompt embeddings, and the tiny HPS model's config with the lines saying
+    what it replaced."""
+    from ..rewards.clip_libs import import_hpsv2_open_clip
+    from ..smoke.tiny_flux import build_tiny_flux
+
+    checkout = upstreams.checkout("MixGRPO")
+    import_hpsv2_open_clip()  # its wheel omits the tokenizer vocabulary the HPSv2 checkout has
+    flux = build_tiny_flux(work / "flux")
+    embeddings = work / "rl_embeddings"
+    flux_embeddings(flux, embeddings, IMAGE_PROMPTS * 2)
+    (embeddings / "prompt.json").write_bytes((embeddings / "videos2caption.json").read_bytes())
+    hps_config, hps_replaced = tiny_hps(work / "hps")
+    return checkout, flux, embeddings, hps_config, hps_replaced
+
+
+@dataclass(frozen=True)
+class RunOutputs:
+    """Where a run of the launch ``words`` writes, and what it printed, read back per run folder."""
+
+    out: Path  # the output folder, relative to the run's checkout copy
+    rewards_file: Path  # rank 0's rewards, one line per training step, relative to the checkout copy
+    per_step: int  # samples per rank and training step
+    accumulation: int  # samples per optimizer step
+
+    @classmethod
+    def of(cls, words: list[str]) -> "RunOutputs":
+        strategy, experiment = option_value(words, "--training_strategy"), option_value(words, "--experiment_name")
+        out = Path(option_value(words, "--output_dir")) / f"{strategy}_{experiment}"
+        rewards_file = out / f"flux_{option_value(words, '--reward_model')}_{strategy}_{experiment}.txt"
+        return cls(out=out, rewards_file=rewards_file, per_step=int(option_value(words, "--num_generations")),
+                   accumulation=int(option_value(words, "--gradient_accumulation_steps")))
+
+    def prints(self, run: Path) -> list[str]:
+        path = run / "stdout.log"
+        return [line.strip() for line in path.read_text(errors="replace").splitlines()] if path.is_file() else []
+
+    def metrics(self, run: Path) -> list[float]:
+        """The rewards and per-sample prints of the first STEPS training steps (a stopped run may have begun more)."""
+        kinds = {}
+        for line in self.prints(run):
+            found = PRINTS.match(line)
+            if found:
+                kinds.setdefault(found.group(1), []).append(float(found.group(2)))
+        logged = [v for kind in ("advantage", "final loss", "kl loss")
+                  for v in kinds.get(kind, [])[:STEPS * self.per_step]]
+        return logged + numbers_printed(run / "MixGRPO" / self.rewards_file, REWARD_LINE)[:STEPS]
+
+    def steps_taken(self, run: Path) -> int:
+        losses = [line for line in self.prints(run) if line.startswith("final loss ")][:STEPS * self.per_step]
+        return len(losses) // self.accumulation
+
+    def checkpoint_saved(self, run: Path) -> bool:
+        return any((run / "MixGRPO" / self.out).glob("checkpoint-2-0/diffusion_pytorch_model.safetensors"))
+
+    def finished(self, run: Path) -> bool:
+        """STEPS training steps done: step STEPS + 1 has logged its reward (rank 0 writes it after sampling)."""
+        return (len(numbers_printed(run / "MixGRPO" / self.rewards_file, REWARD_LINE)) > STEPS
+                and self.checkpoint_saved(run))
+
+
+def replacement_lines(launcher: list[str], ranks: int, hps_replaced: list[str], device: str) -> list[str]:
+    """One line per thing the rehearsal replaces in upstream's launch (``launcher``: the torchrun line's
+    launcher words), its models and its environment."""
+    return [f"pdsh -w ^hostfile \"...; {' '.join(launcher)} ...\" (4 nodes of 8 GPUs) -> that torchrun "
+            f"line on one node, {ranks} processes, its shell variables expanded (--wandb_key '' as an "
+            f"empty value)",
+            "upstream's sizes -> " + ", ".join(f"{k} {v}" for k, v in SMALL.items() if k != "--reward_model"),
+            "--reward_model multi_reward -> hpsv2 (ImageReward and PickScore load from the Hugging Face hub, "
+            "UnifiedReward is a server): one of the script's own choices",
+            "the endless epoch loop -> stopped (SIGTERM) once 2 training steps and the checkpoint are done; "
+            "stdout unbuffered so that what they printed is all there",
+            "data/flux (FLUX.1-dev) -> a tiny FLUX pipeline folder in diffusers' layout",
+            "data/rl_embeddings/prompt.json -> preprocess_flux_embedding.py's layout from the tiny text "
+            "encoders",
+            *hps_replaced,
+            "the HPSv2 git checkout (README) -> HPSv2/hpsv2 linked to the installed hpsv2 package",
+            "clip (OpenAI's, a git install) and ImageReward -> import stubs where they do not import",
+            *(REPLACEMENTS_CPU if device == "cpu" else []), PINNED_STRUCTURE,
+            "pip install -e . -> the checkout on PYTHONPATH; wandb disabled (upstream's script sets "
+            "WANDB_DISABLED=true)"]
