@@ -1,12 +1,16 @@
 """What the rehearsal replaces inside upstream's processes so that its launch runs here, and only
-that (installed by ``startup/sitecustomize.py`` as torch and hpsv2's open_clip are imported).
+that (installed by ``startup/sitecustomize.py`` as torch, hpsv2's open_clip and DanceGRPO's
+HunyuanVideo modeling module are imported).
 
 On the CPU (``cpu``): nccl becomes gloo; ``torch.cuda.set_device`` does nothing and
 ``torch.cuda.current_device()`` is the CPU; a ``torch.load`` onto ``cuda:*`` loads onto the CPU;
 ``torch.autocast("cuda", dtype)`` is CPU autocast in the same dtype (bfloat16, CPU autocast's own,
 where upstream names none); ``ReduceOp.AVG`` on gloo is SUM / world size; ``flash_attn`` is an
 import stub. On either device: hpsv2's ``ViT-H-14`` architecture is the tiny one the rehearsal's
-HPS checkpoint files were written with (the name is hard-coded in upstream's ``main``)."""
+HPS checkpoint files were written with (the name is hard-coded in upstream's ``main``). For
+DanceGRPO's HunyuanVideo trainer (``$OTCA_REHEARSAL_IMPORT_STUBS=dancegrpo-hunyuan``): VideoAlign's
+inference module is a stand-in, ``flash_attn_no_pad`` is masked attention where flash_attn is the
+stub, and on the CPU a module moved to ``cuda`` stays on the CPU."""
 from __future__ import annotations
 
 import json
@@ -23,10 +27,10 @@ REPLACEMENTS_HUNYUAN = [
     "fastvideo.models.videoalign.inference.VideoVLMRewardInference (Qwen2-VL 2B + LoRA from ./videoalign_ckpt) "
     "-> otca_patch.smoke.dancegrpo_hunyuan.StubVideoAlign: it re-reads each mp4 upstream wrote and returns "
     "deterministic VQ, MQ and TA from its pixels and prompt, in VideoAlign's return format",
+    "flash_attn_no_pad in fastvideo.models.hunyuan_hf.modeling_hunyuan (flash-attn's CUDA kernel), where "
+    "flash_attn is not installed -> the same padded-key attention through scaled_dot_product_attention",
 ]
 REPLACEMENTS_HUNYUAN_CPU = [
-    "flash_attn_no_pad in fastvideo.models.hunyuan_hf.modeling_hunyuan (flash-attn's CUDA kernel) -> the same "
-    "padded-key attention through scaled_dot_product_attention",
     "Module.to('cuda') (load_vae's) -> the CPU",
 ]
 
