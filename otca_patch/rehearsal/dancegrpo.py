@@ -10,19 +10,24 @@ import shutil
 import socket
 import sys
 from pathlib import Path
+from typing import Callable
 
 from . import upstreams
 from .launch_script import launcher_line, option_value, set_options, split_launcher
 from .plan import Plan
-from .standins import PINNED_STRUCTURE, REPLACEMENTS_CPU, TINY_HPS_CONFIG_VARIABLE
+from .standins import (HUNYUAN, IMPORT_STUBS_VARIABLE, PINNED_STRUCTURE, REPLACEMENTS_CPU, REPLACEMENTS_HUNYUAN,
+                       REPLACEMENTS_HUNYUAN_CPU, TINY_HPS_CONFIG_VARIABLE)
 
-TARGETS = ("dancegrpo-flux",)
+TARGETS = ("dancegrpo-flux", "dancegrpo-hunyuan")
 RANKS = 2  # on the CPU; on GPUs one process per GPU, at most 2 (NCCL takes one GPU per rank)
 STARTUP = Path(__file__).resolve().parent / "startup"
 #: upstream's numbers the CPU cannot afford -> the rehearsal's (each is stated as a replacement); its
 #: 12 generations and 16 sampling steps are kept: 3 optimizer steps per training step, and DataLoader
 #: workers that live through more than 10 s of training
 FLUX_SMALL = {"--max_train_steps": "2", "--checkpointing_steps": "2", "--h": "32", "--w": "32"}
+#: Hunyuan: its 24 generations, best-of-8, 4 accumulation steps and 16 sampling steps are kept (2 optimizer
+#: steps per training step); 53 frames at 480x480 -> 5 frames at 32x32 (2 latent frames of 4x4)
+HUNYUAN_SMALL = {"--max_train_steps": "2", "--checkpointing_steps": "2", "--h": "32", "--w": "32", "--t": "5"}
 #: the prompts the tiny text encoders embed (the tiny T5 knows only their words)
 from ..smoke.sizes import IMAGE_PROMPTS  # noqa: E402
 
@@ -91,6 +96,46 @@ def environment(device: str, extra: dict[str, str]) -> dict[str, str]:
 
 
 # ---- tiny models and data in DanceGRPO's layout
+
+def tiny_hunyuan(checkout: Path, folder: Path) -> Path:
+    """``data/HunyuanVideo`` as ``load_transformer`` and ``load_vae`` read it (``transformer/`` and
+    ``vae/`` in diffusers' layout): the smoke's tiny upstream HunyuanVideo transformer and tiny VAE."""
+    import torch
+
+    from ..smoke import dancegrpo_hunyuan
+    from ..smoke.environment import stub_flash_attn
+
+    stub_flash_attn()  # upstream's modeling module imports flash_attn at import
+    sys.path.insert(0, str(checkout))
+    try:
+        torch.manual_seed(0)
+        dancegrpo_hunyuan.tiny_transformer().save_pretrained(str(folder / "transformer"))
+        dancegrpo_hunyuan.tiny_vae().save_pretrained(str(folder / "vae"))
+    finally:
+        sys.path.remove(str(checkout))
+    return folder
+
+
+def hunyuan_embeddings(out: Path, prompts, seed: int = 0) -> Path:
+    """``data/rl_embeddings`` as ``preprocess_hunyuan_embeddings.py`` writes it (per prompt i:
+    ``prompt_embed/i.pt`` [1 + L, 32] (the first token carries the pooled projection) and
+    ``prompt_attention_mask/i.pt`` [L], padded, and ``videos2caption.json``)."""
+    import torch
+
+    generator = torch.Generator().manual_seed(seed)
+    for name in ("prompt_embed", "prompt_attention_mask"):
+        (out / name).mkdir(parents=True, exist_ok=True)
+    mask = torch.ones(8, dtype=torch.long)
+    mask[6:] = 0
+    items = []
+    for index, caption in enumerate(prompts):
+        name = f"{index}.pt"
+        torch.save(torch.randn(9, 32, generator=generator), out / "prompt_embed" / name)
+        torch.save(mask.clone(), out / "prompt_attention_mask" / name)
+        items.append({"prompt_embed_path": name, "prompt_attention_mask": name, "caption": caption})
+    (out / "videos2caption.json").write_text(json.dumps(items, indent=4))
+    return out / "videos2caption.json"
+
 
 def tiny_hps(folder: Path) -> tuple[Path, list[str]]:
     """``hps_ckpt/open_clip_pytorch_model.bin`` (the CLIP upstream's main builds first) and
@@ -165,16 +210,6 @@ def flux_plan(work: Path, device: str) -> Plan:
         return numbers_printed(run / "stdout.log", FLUX_PRINTS) + numbers_printed(
             here / "reward.txt", re.compile(rf"^(){FLOAT}$"))
 
-    def steps_taken(run: Path) -> int:
-        # rank 0 prints one "final loss" per sample; upstream steps its optimizer every
-        # gradient_accumulation_steps samples
-        losses = [line for line in _lines(run / "stdout.log") if line.startswith("final loss ")]
-        return len(losses) // accumulation
-
-    def checkpoint_saved(run: Path) -> bool:
-        saved = run / "DanceGRPO" / "data" / "outputs" / "grpo" / "checkpoint-2-0"
-        return (saved / "diffusion_pytorch_model.safetensors").is_file() and (saved / "config.json").is_file()
-
     per_sample = int(option_value(words, "--num_generations")) // accumulation
     return Plan(
         target="dancegrpo-flux", cwd=checkout, command=lambda run: launch(words, ranks),
@@ -188,7 +223,88 @@ def flux_plan(work: Path, device: str) -> Plan:
                       *hps_replaced, *(REPLACEMENTS_CPU if device == "cpu" else []), PINNED_STRUCTURE,
                       "pip install -e . -> the checkout on PYTHONPATH; WANDB_MODE=online -> disabled (upstream's "
                       "script also sets WANDB_DISABLED=true)"],
-        metrics=metrics, checkpoint_saved=checkpoint_saved, run_cwd=run_cwd, steps_taken=steps_taken)
+        metrics=metrics, checkpoint_saved=checkpoint_saved(words), run_cwd=run_cwd,
+        steps_taken=steps_from_final_losses(accumulation))
+
+
+#: what upstream's Hunyuan train_one_step prints on rank 0, one line per selected sample
+HUNYUAN_PRINTS = re.compile(rf"^(vq loss/mq loss|vq/mq reward|vq advantage/mq advantage|final loss) "
+                            rf"{FLOAT}(?: {FLOAT})?$")
+
+
+def hunyuan_numbers(path: Path) -> list[float]:
+    found = (HUNYUAN_PRINTS.match(line) for line in _lines(path))
+    return [float(value) for m in found if m for value in m.groups()[1:] if value is not None]
+
+
+def hunyuan_plan(work: Path, device: str) -> Plan:
+    from ..smoke.sizes import VIDEO_PROMPTS
+
+    checkout = upstreams.checkout("DanceGRPO")
+    hunyuan = tiny_hunyuan(checkout, work / "HunyuanVideo")
+    embeddings = work / "rl_embeddings"
+    hunyuan_embeddings(embeddings, VIDEO_PROMPTS * 2)
+    ranks = ranks_on(device)
+    words, replaced = torchrun_command(checkout / "scripts/finetune/finetune_hunyuan_grpo.sh", HUNYUAN_SMALL,
+                                       ranks)
+    accumulation = int(option_value(words, "--gradient_accumulation_steps"))
+
+    def run_cwd(run: Path) -> Path:
+        here = copy_checkout(checkout, run / "DanceGRPO")
+        (here / "data").mkdir()
+        (here / "data" / "HunyuanVideo").symlink_to(hunyuan)
+        (here / "data" / "rl_embeddings").symlink_to(embeddings)
+        (here / "videos").mkdir()  # upstream's script: mkdir videos
+        return here
+
+    def metrics(run: Path) -> list[float]:
+        here = run / "DanceGRPO"
+        rewards = re.compile(rf"^(){FLOAT}$")
+        return (hunyuan_numbers(run / "stdout.log") + numbers_printed(here / "vq_reward.txt", rewards)
+                + numbers_printed(here / "mq_reward.txt", rewards))
+
+    per_step = int(option_value(words, "--bestofn")) // accumulation
+    return Plan(
+        target="dancegrpo-hunyuan", cwd=checkout, command=lambda run: launch(words, ranks),
+        env=environment(device, {IMPORT_STUBS_VARIABLE: HUNYUAN}), ranks=ranks,
+        dataloader_workers=int(option_value(words, "--dataloader_num_workers")),
+        steps=int(HUNYUAN_SMALL["--max_train_steps"]) * per_step,
+        replacements=[*replaced,
+                      "data/HunyuanVideo (HunyuanVideo) -> transformer/ and vae/ folders in diffusers' layout: "
+                      "upstream's HunyuanVideoTransformer3DModel (1 double, 1 single, 1 refiner block, 2 heads of "
+                      "16) and a 4-block 8-wide AutoencoderKLHunyuanVideo",
+                      "data/rl_embeddings -> preprocess_hunyuan_embeddings.py's layout (prompt_embed/, "
+                      "prompt_attention_mask/, videos2caption.json) holding seeded random 32-wide embeddings "
+                      "(the tiny transformer's text width; the trainer reads only these files)",
+                      *REPLACEMENTS_HUNYUAN, *(REPLACEMENTS_HUNYUAN_CPU if device == "cpu" else []),
+                      *(REPLACEMENTS_CPU if device == "cpu" else []), PINNED_STRUCTURE,
+                      "pip install -e . -> the checkout on PYTHONPATH; upstream's pip3 installs of pinned versions "
+                      "-> this environment's; WANDB_MODE=online -> disabled (upstream's script also sets "
+                      "WANDB_DISABLED=true)"],
+        metrics=metrics, checkpoint_saved=checkpoint_saved(words), run_cwd=run_cwd,
+        steps_taken=steps_from_final_losses(accumulation))
+
+
+def steps_from_final_losses(accumulation: int) -> Callable[[Path], int]:
+    """run -> optimizer steps taken: rank 0 prints one "final loss" per sample trained on, and
+    upstream steps its optimizer every ``gradient_accumulation_steps`` of them."""
+    def steps_taken(run: Path) -> int:
+        return sum(line.startswith("final loss ") for line in _lines(run / "stdout.log")) // accumulation
+
+    return steps_taken
+
+
+def checkpoint_saved(words: list[str]) -> Callable[[Path], bool]:
+    """run -> whether ``save_checkpoint`` wrote ``checkpoint-<--checkpointing_steps>-0`` (epoch 0) in
+    ``--output_dir`` of the run's working copy."""
+    step = option_value(words, "--checkpointing_steps")
+    output = option_value(words, "--output_dir")
+
+    def saved(run: Path) -> bool:
+        folder = run / "DanceGRPO" / output / f"checkpoint-{step}-0"
+        return (folder / "diffusion_pytorch_model.safetensors").is_file() and (folder / "config.json").is_file()
+
+    return saved
 
 
 def _lines(path: Path) -> list[str]:
@@ -198,4 +314,6 @@ def _lines(path: Path) -> list[str]:
 def plan(target: str, work: Path, device: str) -> Plan:
     if target == "dancegrpo-flux":
         return flux_plan(work, device)
+    if target == "dancegrpo-hunyuan":
+        return hunyuan_plan(work, device)
     raise ValueError(f"{target}: not a DanceGRPO rehearsal target (they are: {', '.join(TARGETS)})")

@@ -1,12 +1,16 @@
 """What the rehearsal replaces inside upstream's processes so that its launch runs here, and only
-that (installed by ``startup/sitecustomize.py`` as torch and hpsv2's open_clip are imported).
+that (installed by ``startup/sitecustomize.py`` as torch, hpsv2's open_clip and DanceGRPO's
+HunyuanVideo modeling module are imported).
 
 On the CPU (``cpu``): nccl becomes gloo; ``torch.cuda.set_device`` does nothing and
 ``torch.cuda.current_device()`` is the CPU; a ``torch.load`` onto ``cuda:*`` loads onto the CPU;
 ``torch.autocast("cuda", dtype)`` is CPU autocast in the same dtype (bfloat16, CPU autocast's own,
 where upstream names none); ``ReduceOp.AVG`` on gloo is SUM / world size; ``flash_attn`` is an
 import stub. On either device: hpsv2's ``ViT-H-14`` architecture is the tiny one the rehearsal's
-HPS checkpoint files were written with (the name is hard-coded in upstream's ``main``)."""
+HPS checkpoint files were written with (the name is hard-coded in upstream's ``main``). For
+DanceGRPO's HunyuanVideo trainer (``$OTCA_REHEARSAL_IMPORT_STUBS=dancegrpo-hunyuan``): VideoAlign's
+inference module is a stand-in, ``flash_attn_no_pad`` is masked attention where flash_attn is the
+stub, and on the CPU a module moved to ``cuda`` stays on the CPU."""
 from __future__ import annotations
 
 import json
@@ -17,6 +21,18 @@ TINY_HPS_CONFIG_VARIABLE = "OTCA_REHEARSAL_HPS_CONFIG"
 #: "mixgrpo": the modules MixGRPO's trainer imports but a single-reward run never calls get import
 #: stand-ins where they do not import (OpenAI's ``clip``, a git install; ``ImageReward``, which needs it)
 IMPORT_STUBS_VARIABLE = "OTCA_REHEARSAL_IMPORT_STUBS"
+#: "dancegrpo-hunyuan" in $IMPORT_STUBS_VARIABLE: DanceGRPO's HunyuanVideo trainer's stand-ins
+HUNYUAN = "dancegrpo-hunyuan"
+REPLACEMENTS_HUNYUAN = [
+    "fastvideo.models.videoalign.inference.VideoVLMRewardInference (Qwen2-VL 2B + LoRA from ./videoalign_ckpt) "
+    "-> otca_patch.smoke.dancegrpo_hunyuan.StubVideoAlign: it re-reads each mp4 upstream wrote and returns "
+    "deterministic VQ, MQ and TA from its pixels and prompt, in VideoAlign's return format",
+    "flash_attn_no_pad in fastvideo.models.hunyuan_hf.modeling_hunyuan (flash-attn's CUDA kernel), where "
+    "flash_attn is not installed -> the same padded-key attention through scaled_dot_product_attention",
+]
+REPLACEMENTS_HUNYUAN_CPU = [
+    "Module.to('cuda') (load_vae's) -> the CPU",
+]
 
 REPLACEMENTS_CPU = [
     "dist.init_process_group('nccl') -> gloo",
@@ -41,6 +57,10 @@ def after_torch(device: str) -> None:
         from ..smoke.mixgrpo_flux import stand_in_imports
 
         stand_in_imports()
+    if os.environ.get(IMPORT_STUBS_VARIABLE) == HUNYUAN:
+        _stand_in_videoalign()
+        if device == "cpu":
+            _modules_to_cuda_stay_on_cpu(torch)
     _pinned_structure(torch)
     if device != "cpu":
         return
@@ -144,3 +164,51 @@ def after_hpsv2_open_clip(device: str) -> None:
     for name in ("hpsv2.src.open_clip.factory", "HPSv2.hpsv2.src.open_clip.factory"):  # MixGRPO: its checkout's
         if name in sys.modules:
             sys.modules[name]._MODEL_CONFIGS["ViT-H-14"] = json.loads(open(config).read())
+
+
+def _stand_in_videoalign() -> None:
+    """``fastvideo.models.videoalign.inference`` as a module whose ``VideoVLMRewardInference`` takes
+    upstream's constructor arguments and scores with the smoke's ``StubVideoAlign`` (the real module
+    is never imported: it needs trl and a Qwen2-VL checkpoint)."""
+    import sys
+    import types
+
+    from ..smoke.dancegrpo_hunyuan import StubVideoAlign
+
+    class VideoVLMRewardInference(StubVideoAlign):
+        def __init__(self, load_from_pretrained, load_from_pretrained_step=-1, device="cuda", dtype=None):
+            self.load_from_pretrained, self.device, self.dtype = load_from_pretrained, device, dtype
+
+    module = types.ModuleType("fastvideo.models.videoalign.inference")
+    module.VideoVLMRewardInference = VideoVLMRewardInference
+    sys.modules[module.__name__] = module
+
+
+def _modules_to_cuda_stay_on_cpu(torch) -> None:
+    native = torch.nn.Module.to
+
+    def to(self, *args, **kwargs):
+        args = tuple("cpu" if _is_cuda(a) else a for a in args)
+        if _is_cuda(kwargs.get("device")):
+            kwargs["device"] = "cpu"
+        return native(self, *args, **kwargs)
+
+    torch.nn.Module.to = to
+
+
+def _is_cuda(value) -> bool:
+    return isinstance(value, str) and value.startswith("cuda") or getattr(value, "type", None) == "cuda"
+
+
+def after_hunyuan_modeling(device: str) -> None:
+    """Where flash_attn is the import stub, upstream's transformer attends through
+    ``masked_attention`` (the smoke's replacement of ``flash_attn_no_pad``)."""
+    import sys
+
+    if os.environ.get(IMPORT_STUBS_VARIABLE) != HUNYUAN:
+        return  # DanceGRPO's other trainers import the module but never call the kernel
+    if getattr(sys.modules.get("flash_attn"), "__file__", None) is not None:
+        return  # the real flash-attn is installed: upstream's kernel runs
+    from ..smoke.dancegrpo_hunyuan import masked_attention
+
+    sys.modules["fastvideo.models.hunyuan_hf.modeling_hunyuan"].flash_attn_no_pad = masked_attention

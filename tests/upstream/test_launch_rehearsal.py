@@ -1,10 +1,11 @@
-"""The launch rehearsal of DanceGRPO's FLUX trainer, end to end (``pytest -m upstream``): upstream's
+"""The launch rehearsal of DanceGRPO's trainers, end to end (``pytest -m upstream``): upstream's
 ``main()`` under its own torchrun line, 2 processes, its DataLoader workers, run with no wrapper,
-under ``otca-patch launch`` and under ``--otca``; its line must be PASS with every field."""
+under ``otca-patch launch`` and under ``--otca``; each line must be PASS with every field."""
 import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -12,21 +13,42 @@ from .conftest import REPO
 
 pytestmark = pytest.mark.upstream
 
-LINE = re.compile(r"^(PASS|FAIL) dancegrpo-flux (.*)$", re.M)
+#: what upstream's HunyuanVideo train_one_step prints on rank 0 per sample trained on
+HUNYUAN_REWARD = re.compile(r"^vq/mq reward (\S+) (\S+)$", re.M)
+
+
+def rehearse(target: str, dancegrpo: Path, out: Path) -> dict[str, str]:
+    """The fields of ``target``'s PASS line (the test fails on a FAIL line or a failed rehearsal)."""
+    done = subprocess.run([sys.executable, "-m", "otca_patch.rehearsal", "--out", str(out), target],
+                          cwd=REPO, env={**os.environ, "OTCA_UPSTREAM_DANCEGRPO": str(dancegrpo)},
+                          capture_output=True, text=True, timeout=3600)
+    found = re.search(rf"^(PASS|FAIL) {target} (.*)$", done.stdout, re.M)
+    assert found, done.stdout + done.stderr[-3000:]
+    assert found.group(1) == "PASS", found.group(0)
+    assert done.returncode == 0
+    assert "launch rehearsal: passed (1 targets)" in done.stdout
+    replaced = (out / target / "replacements.txt").read_text()
+    assert "dist.init_process_group('nccl') -> gloo" in replaced
+    return dict(part.split("=", 1) for part in found.group(2).split())
 
 
 def test_dancegrpo_flux_rehearses_end_to_end(dancegrpo, tmp_path):
-    done = subprocess.run([sys.executable, "-m", "otca_patch.rehearsal", "--out", str(tmp_path), "dancegrpo-flux"],
-                          cwd=REPO, env={**os.environ, "OTCA_UPSTREAM_DANCEGRPO": str(dancegrpo)},
-                          capture_output=True, text=True, timeout=3600)
-    found = LINE.search(done.stdout)
-    assert found, done.stdout + done.stderr[-3000:]
-    assert found.group(1) == "PASS", found.group(0)
-    fields = dict(part.split("=", 1) for part in found.group(2).split())
+    fields = rehearse("dancegrpo-flux", dancegrpo, tmp_path)
     assert fields == {"ranks": "2", "dataloader_workers": "4", "steps": fields["steps"], "checkpoint": "yes",
                       "vanilla": "identical", "credit": "reference"}
     assert int(fields["steps"]) >= 3
-    assert done.returncode == 0
-    assert "launch rehearsal: passed (1 targets)" in done.stdout
-    replaced = (tmp_path / "dancegrpo-flux" / "replacements.txt").read_text()
-    assert "dist.init_process_group('nccl') -> gloo" in replaced
+
+
+def test_dancegrpo_hunyuan_rehearses_end_to_end(dancegrpo, tmp_path):
+    fields = rehearse("dancegrpo-hunyuan", dancegrpo, tmp_path)
+    # upstream's best-of-8 over 4 accumulation steps: 2 optimizer steps per training step, 2 training steps
+    assert fields == {"ranks": "2", "dataloader_workers": "4", "steps": "4", "checkpoint": "yes",
+                      "vanilla": "identical", "credit": "reference"}
+    # upstream records -1 for VQ and MQ when its VideoAlign call raises, and trains on
+    for run in ("unwrapped", "wrapped", "otca"):
+        printed = (tmp_path / "dancegrpo-hunyuan" / run / "stdout.log").read_text(errors="replace")
+        rewards = [(float(vq), float(mq)) for vq, mq in HUNYUAN_REWARD.findall(printed)]
+        assert len(rewards) == 16, run  # 8 selected samples per training step
+        assert all(pair != (-1.0, -1.0) for pair in rewards), f"{run}: VideoAlign's call failed inside upstream"
+    replaced = (tmp_path / "dancegrpo-hunyuan" / "replacements.txt").read_text()
+    assert "VideoVLMRewardInference" in replaced and "flash_attn_no_pad" in replaced

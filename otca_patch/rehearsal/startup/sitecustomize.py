@@ -67,5 +67,7 @@ def _chain_next_sitecustomize():
 if os.environ.get(DEVICE_VARIABLE):
     sys.meta_path.insert(0, _AfterImport({"torch": _install("after_torch"),
                                           "hpsv2.src.open_clip": _install("after_hpsv2_open_clip"),
-                                          "HPSv2.hpsv2.src.open_clip": _install("after_hpsv2_open_clip")}))
+                                          "HPSv2.hpsv2.src.open_clip": _install("after_hpsv2_open_clip"),
+                                          "fastvideo.models.hunyuan_hf.modeling_hunyuan":
+                                              _install("after_hunyuan_modeling")}))
 _chain_next_sitecustomize()
