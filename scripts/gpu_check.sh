@@ -221,12 +221,25 @@ report_done
 # ---- the launch rehearsal: upstream's own launch line end to end, with no wrapper, under
 # `otca-patch launch` and under --otca (python -m otca_patch.rehearsal), on this device
 launch_limit="${OTCA_GPU_CHECK_LAUNCH_S:-$( [ "$rehearse" = 1 ] && echo 1500 || echo 240)}"
+# On the CPU stand-in for the GPU machine (torch 2.11), upstream's FSDP checkpoint save cannot gather
+# its full state dict (setStorage: "out of bounds for storage of size 0"), and Qwen-Image's FSDP run
+# segfaults: those targets run on the GPU and, on the CPU, in the dev environment's rehearsal
+# (scripts/launch_rehearsal.sh, which CI runs), not in this rehearsal.
+cpu_standin_gaps="dancegrpo-flux dancegrpo-hunyuan mixgrpo-flux flowgrpo-qwenimage"
+if [ "$rehearse" = 1 ]; then
+  for target in $cpu_standin_gaps; do
+    not_run+=("NOT RUN $(printf '%-26s' "$target") launch rehearsal on the CPU stand-in (torch 2.11): its FSDP run fails on the CPU there; it runs on the GPU, and in scripts/launch_rehearsal.sh")
+    echo "${not_run[-1]}"
+  done
+fi
 if ! launch_targets="$("$python" -c '
 import sys
 from otca_patch.rehearsal.__main__ import families
 known = families()
-asked = sys.argv[1:]
-print(" ".join(t for t in (asked or known) if t in known) or "-")' "$@" 2> "$work/launch_targets.err")"; then
+skip = set(sys.argv[1].split()) if sys.argv[1] else set()
+asked = sys.argv[2:]
+print(" ".join(t for t in (asked or known) if t in known and t not in skip) or "-")' \
+    "$( [ "$rehearse" = 1 ] && echo "$cpu_standin_gaps")" "$@" 2> "$work/launch_targets.err")"; then
   failed=1; echo "FAIL launch rehearsal: $(tail -1 "$work/launch_targets.err")"
 elif [ "$launch_limit" = 0 ]; then
   say "launch rehearsal: left out (OTCA_GPU_CHECK_LAUNCH_S=0)"
