@@ -17,8 +17,10 @@
 # CPU (gloo stands in for NCCL) and prints the payload's size and its own wall time.
 #
 # Then the launch rehearsal (python -m otca_patch.rehearsal --device cuda, or cpu in --rehearse): each
-# rehearsed target's upstream launch line end to end, one PASS/FAIL line each, at most
-# OTCA_GPU_CHECK_LAUNCH_S (default 240 s on a GPU, 1500 s here) in all; 0 leaves it out.
+# rehearsed target's upstream launch line end to end, one PASS/FAIL line each (on a GPU by default one
+# target per upstream, OTCA_GPU_CHECK_LAUNCH_TARGETS for others; on the CPU stand-in the targets whose FSDP
+# run fails on its torch are NOT RUN), at most OTCA_GPU_CHECK_LAUNCH_S (default 240 s on a GPU, 1500 s
+# here) in all; 0 leaves it out.
 # Runs go OTCA_GPU_CHECK_JOBS at a time (default 6 on a GPU, 2 here), each capped at OTCA_GPU_CHECK_RUN_S
 # (default 120 s on a GPU, 400 s here); the benches at 150 s and 100 s: at most about 9 minutes on a GPU.
 # OTCA_GPU_CHECK_KEEP=DIR: every log and figure also lands in DIR/gpu_check_logs.tar.gz.
@@ -226,6 +228,12 @@ launch_limit="${OTCA_GPU_CHECK_LAUNCH_S:-$( [ "$rehearse" = 1 ] && echo 1500 || 
 # segfaults: those targets run on the GPU and, on the CPU, in the dev environment's rehearsal
 # (scripts/launch_rehearsal.sh, which CI runs), not in this rehearsal.
 cpu_standin_gaps="dancegrpo-flux dancegrpo-hunyuan mixgrpo-flux flowgrpo-qwenimage"
+# On the GPU, one target per upstream by default (three launches each fit the call's minutes);
+# OTCA_GPU_CHECK_LAUNCH_TARGETS names others, or the targets given on the command line do.
+launch_asked=("$@")
+if [ "$#" = 0 ] && [ "$rehearse" = 0 ]; then
+  read -r -a launch_asked <<<"${OTCA_GPU_CHECK_LAUNCH_TARGETS:-dancegrpo-flux flowgrpo-sd3 mixgrpo-flux}"
+fi
 if [ "$rehearse" = 1 ]; then
   for target in $cpu_standin_gaps; do
     [ "$#" -gt 0 ] && ! printf '%s\n' "$@" | grep -qx "$target" && continue  # not asked for
@@ -240,7 +248,7 @@ known = families()
 skip = set(sys.argv[1].split()) if sys.argv[1] else set()
 asked = sys.argv[2:]
 print(" ".join(t for t in (asked or known) if t in known and t not in skip) or "-")' \
-    "$( [ "$rehearse" = 1 ] && echo "$cpu_standin_gaps")" "$@" 2> "$work/launch_targets.err")"; then
+    "$( [ "$rehearse" = 1 ] && echo "$cpu_standin_gaps")" "${launch_asked[@]}" 2> "$work/launch_targets.err")"; then
   failed=1; echo "FAIL launch rehearsal: $(tail -1 "$work/launch_targets.err")"
 elif [ "$launch_limit" = 0 ]; then
   say "launch rehearsal: left out (OTCA_GPU_CHECK_LAUNCH_S=0)"
