@@ -26,3 +26,17 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.path.name in QUICK_FILES and not any(item.get_closest_marker(name) for name in ("slow", "upstream")):
             item.add_marker(pytest.mark.quick)
+
+
+@pytest.fixture(autouse=True)
+def _started_in_restored():
+    """``otca-patch smoke`` run in-process records where it started in ``$OTCA_STARTED_IN`` (for the paths
+    it prints from its run folder); the next test in the same worker must not inherit it."""
+    import os
+
+    before = os.environ.get("OTCA_STARTED_IN")
+    yield
+    if before is None:
+        os.environ.pop("OTCA_STARTED_IN", None)
+    else:
+        os.environ["OTCA_STARTED_IN"] = before

@@ -162,6 +162,22 @@ def build_model(spec: Target, folder: Path, paths: list[str]) -> Path:
     return folder
 
 
+def wait_for_header(path: Path, limit_s: float = 120.0) -> None:
+    """wandb's service process may still be writing the offline file when the trainer's processes have
+    ended: wait until its header is there (a hang guard, not a measure), else say so."""
+    import time
+
+    deadline = time.monotonic() + limit_s
+    while path.stat().st_size < WANDB_HEADER_BYTES:
+        if time.monotonic() > deadline:
+            raise FileNotFoundError(f"{path} holds no wandb header {limit_s:.0f} s after the run ended")
+        time.sleep(0.5)
+
+
+#: LevelDB-log header of a .wandb file (wandb.sdk.internal.datastore.LEVELDBLOG_HEADER_LEN)
+WANDB_HEADER_BYTES = 7
+
+
 def wandb_history(run_cwd: Path) -> list[dict]:
     """Every ``wandb.log`` record of the run's one offline wandb run, in order: {key: value}."""
     from wandb.proto import wandb_internal_pb2
@@ -170,6 +186,7 @@ def wandb_history(run_cwd: Path) -> list[dict]:
     files = sorted(run_cwd.glob("wandb/offline-run-*/run-*.wandb"))
     if len(files) != 1:
         raise FileNotFoundError(f"expected one offline wandb run under {run_cwd / 'wandb'}, found {len(files)}")
+    wait_for_header(files[0])
     store = DataStore()
     store.open_for_scan(str(files[0]))
     history = []
