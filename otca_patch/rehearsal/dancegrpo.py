@@ -68,12 +68,20 @@ def launch(words: list[str], ranks: int) -> list[str]:
             f"--master_port={free_port()}", *words]
 
 
-def copy_checkout(checkout: Path, run: Path, keep: tuple[str, ...] = ("fastvideo",)) -> Path:
-    """``run/`` as a working copy of the checkout's code (``keep``), where upstream writes its files."""
+def copy_checkout(checkout: Path, run: Path, links: dict[str, Path] | None = None, folders: tuple[str, ...] = (),
+                  keep: tuple[str, ...] = ("fastvideo",)) -> Path:
+    """``run/`` as a working copy of the checkout's code (``keep``), where upstream writes its files, with
+    ``links`` (relative path -> what it points to: the tiny models and data in upstream's layout) and the
+    empty ``folders`` upstream's launch script makes."""
     run.mkdir(parents=True, exist_ok=True)
     for name in keep:
         shutil.copytree(checkout / name, run / name, symlinks=True,
                         ignore=shutil.ignore_patterns("__pycache__"))
+    for relative, target in (links or {}).items():
+        (run / relative).parent.mkdir(parents=True, exist_ok=True)
+        (run / relative).symlink_to(target)
+    for folder in folders:
+        (run / folder).mkdir(parents=True)
     return run
 
 
@@ -197,13 +205,9 @@ def flux_plan(work: Path, device: str) -> Plan:
     accumulation = int(option_value(words, "--gradient_accumulation_steps"))
 
     def run_cwd(run: Path) -> Path:
-        here = copy_checkout(checkout, run / "DanceGRPO")
-        (here / "data").mkdir()
-        (here / "data" / "flux").symlink_to(flux)
-        (here / "data" / "rl_embeddings").symlink_to(embeddings)
-        (here / "hps_ckpt").symlink_to(work / "hps" / "hps_ckpt")
-        (here / "images").mkdir()  # upstream's script: mkdir images
-        return here
+        return copy_checkout(checkout, run / "DanceGRPO", {"data/flux": flux, "data/rl_embeddings": embeddings,
+                                                           "hps_ckpt": work / "hps" / "hps_ckpt"},
+                             folders=("images",))  # upstream's script: mkdir images
 
     def metrics(run: Path) -> list[float]:
         here = run / "DanceGRPO"
@@ -250,12 +254,9 @@ def hunyuan_plan(work: Path, device: str) -> Plan:
     accumulation = int(option_value(words, "--gradient_accumulation_steps"))
 
     def run_cwd(run: Path) -> Path:
-        here = copy_checkout(checkout, run / "DanceGRPO")
-        (here / "data").mkdir()
-        (here / "data" / "HunyuanVideo").symlink_to(hunyuan)
-        (here / "data" / "rl_embeddings").symlink_to(embeddings)
-        (here / "videos").mkdir()  # upstream's script: mkdir videos
-        return here
+        return copy_checkout(checkout, run / "DanceGRPO", {"data/HunyuanVideo": hunyuan,
+                                                           "data/rl_embeddings": embeddings},
+                             folders=("videos",))  # upstream's script: mkdir videos
 
     def metrics(run: Path) -> list[float]:
         here = run / "DanceGRPO"

@@ -43,14 +43,10 @@ def plan(target: str, work: Path, device: str) -> Plan:
     outputs = RunOutputs.of(words)
 
     def run_cwd(run: Path) -> Path:
-        here = copy_checkout(checkout, run / "MixGRPO")
-        (here / "data").mkdir()
-        (here / "data" / "flux").symlink_to(flux)
-        (here / "data" / "rl_embeddings").symlink_to(embeddings)
-        (here / "hps_ckpt").symlink_to(work / "hps" / "hps_ckpt")
-        (here / "HPSv2").mkdir()  # the README's `git clone https://github.com/tgxs002/HPSv2.git`
-        (here / "HPSv2" / "hpsv2").symlink_to(Path(hpsv2.__file__).parent)
-        return here
+        # HPSv2/hpsv2: the README's `git clone https://github.com/tgxs002/HPSv2.git`
+        return copy_checkout(checkout, run / "MixGRPO", {"data/flux": flux, "data/rl_embeddings": embeddings,
+                                                         "hps_ckpt": work / "hps" / "hps_ckpt",
+                                                         "HPSv2/hpsv2": Path(hpsv2.__file__).parent})
 
     return Plan(
         target="mixgrpo-flux", cwd=checkout, command=lambda run: launch(words, ranks),
