@@ -132,6 +132,7 @@ if [ -n "$overlay" ]; then
     head -1 "$script" | grep -q "^#!$env/bin/python" || continue
     { echo "#!$layer/bin/python"; tail -n +2 "$script"; } > "$layer/bin/${script##*/}" && chmod +x "$layer/bin/${script##*/}"
   done
+  base_env="$env"
   env="$layer"
 fi
 py="$env/bin/python"
@@ -166,7 +167,15 @@ install_started=$(seconds)
 mkdir "$work/otca-patch"
 (cd "$repo" && git ls-files -co --exclude-standard -- pyproject.toml README.md otca_patch patches | tar -cf - -T -) \
   | tar -xf - -C "$work/otca-patch"
-(cd "$work" && "$py" -m pip install --quiet "$work/otca-patch" 2>&1 | grep -v "^WARNING: Location" >&2 || true)
+source_dir="$work/otca-patch"
+if [ -n "$overlay" ]; then
+  # pip's isolated build cannot hide the base site-packages a layer reaches through its .pth file, so the
+  # base's setuptools (older than pyproject.toml's build requirement) would build; the base builds the wheel
+  "$base_env/bin/python" -m pip wheel --quiet --no-deps -w "$work/wheel" "$work/otca-patch" >&2 \
+    || { say "FAILED: the wheel of this repository does not build in $base_env"; exit 1; }
+  source_dir="$(ls "$work"/wheel/*.whl)"
+fi
+(cd "$work" && "$py" -m pip install --quiet "$source_dir" 2>&1 | grep -v "^WARNING: Location" >&2 || true)
 "$py" -m pip freeze --all > "$work/freeze-after.txt"
 say "pip install <repo> took $(( $(seconds) - install_started )) s"
 compare_freeze() {  # BEFORE AFTER: prints what changed; fails on a changed or removed package

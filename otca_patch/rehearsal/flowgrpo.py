@@ -4,9 +4,10 @@ SD3 and FLUX, ``torchrun --standalone`` with torch FSDP for Qwen-Image) on 2 pro
 ``--config`` naming upstream's own named config (``config/grpo.py:NAME``) shrunk to CPU sizes.
 
 Each run works in its own copy of the checkout (upstream writes ``wandb/`` and its checkpoints under
-its working directory). What the checks read is what upstream itself writes: wandb's offline run file
-(every ``wandb.log`` of rank 0: losses and rewards, one record per optimizer step with ``loss``) and
-the checkpoint folders ``save_ckpt`` / ``save_fsdp_checkpoint`` write.
+its working directory). What the checks read is what upstream itself logs and writes: the numbers of
+every ``wandb.log`` of rank 0 (losses and rewards, one record per optimizer step with ``loss``), copied
+as each call is made (``logged_numbers``), and the checkpoint folders ``save_ckpt`` /
+``save_fsdp_checkpoint`` write.
 """
 from __future__ import annotations
 
@@ -22,6 +23,8 @@ from typing import Callable
 
 from . import upstreams
 from .launch_script import launcher_line, set_options, split_launcher
+from .logged_numbers import FILE_NAME as LOGGED_FILE
+from .logged_numbers import logged_history
 from .plan import NotRunnable, Plan
 
 TARGETS = ("flowgrpo-sd3", "flowgrpo-flux", "flowgrpo-qwenimage")
@@ -162,43 +165,6 @@ def build_model(spec: Target, folder: Path, paths: list[str]) -> Path:
     return folder
 
 
-def wait_for_header(path: Path, limit_s: float = 120.0) -> None:
-    """wandb's service process may still be writing the offline file when the trainer's processes have
-    ended: wait until its header is there (a hang guard, not a measure), else say so."""
-    import time
-
-    deadline = time.monotonic() + limit_s
-    while path.stat().st_size < WANDB_HEADER_BYTES:
-        if time.monotonic() > deadline:
-            raise FileNotFoundError(f"{path} holds no wandb header {limit_s:.0f} s after the run ended")
-        time.sleep(0.5)
-
-
-#: LevelDB-log header of a .wandb file (wandb.sdk.internal.datastore.LEVELDBLOG_HEADER_LEN)
-WANDB_HEADER_BYTES = 7
-
-
-def wandb_history(run_cwd: Path) -> list[dict]:
-    """Every ``wandb.log`` record of the run's one offline wandb run, in order: {key: value}."""
-    from wandb.proto import wandb_internal_pb2
-    from wandb.sdk.internal.datastore import DataStore
-
-    files = sorted(run_cwd.glob("wandb/offline-run-*/run-*.wandb"))
-    if len(files) != 1:
-        raise FileNotFoundError(f"expected one offline wandb run under {run_cwd / 'wandb'}, found {len(files)}")
-    wait_for_header(files[0])
-    store = DataStore()
-    store.open_for_scan(str(files[0]))
-    history = []
-    while (data := store.scan_data()) is not None:
-        record = wandb_internal_pb2.Record()
-        record.ParseFromString(data)
-        if record.WhichOneof("record_type") == "history":
-            history.append({item.key or "/".join(item.nested_key): json.loads(item.value_json)
-                            for item in record.history.item})
-    return history
-
-
 def logged_metrics(history: list[dict]) -> list[float]:
     """The losses and rewards of ``history``, record by record, keys sorted within a record."""
     return [float(record[key]) for record in history for key in sorted(record)
@@ -326,9 +292,9 @@ def plan(target: str, work: Path, device: str) -> Plan:
     replacements = replacement_lines(spec, commit, model, ranks, named, sizes, overrides, on_cpu, float_ids, paths)
     return Plan(target=target, cwd=source, command=command, env=env, ranks=ranks, dataloader_workers=spec.workers,
                 steps=EPOCHS, replacements=replacements,
-                metrics=lambda run: logged_metrics(wandb_history(run_cwd(run))),
+                metrics=lambda run: logged_metrics(logged_history(run)),
                 checkpoint_saved=lambda run: checkpoint_after_training(run_cwd(run)),
-                run_cwd=run_cwd, steps_taken=lambda run: optimizer_steps(wandb_history(run_cwd(run))))
+                run_cwd=run_cwd, steps_taken=lambda run: optimizer_steps(logged_history(run)))
 
 
 def run_overrides(spec: Target, dataset: Path, model: Path, on_cpu: bool) -> tuple[object, dict]:
@@ -361,7 +327,8 @@ def replacement_lines(spec: Target, commit: str, model: Path, ranks: int, named:
         "reward: upstream's jpeg_compressibility, which needs no downloaded model, for the named config's rewards",
         "dataset: the prompt lists train.txt / test.txt in upstream's general_ocr layout",
         "flow_grpo imported from the checkout by PYTHONPATH=. (upstream: pip install -e .)",
-        "wandb offline (WANDB_MODE=offline; no network); HF_HUB_OFFLINE=1",
+        "wandb offline (WANDB_MODE=offline; no network); HF_HUB_OFFLINE=1; the numbers of each wandb.log call "
+        f"copied to RUN/{LOGGED_FILE} as it is made (torch's agent may stop wandb's service before its offline file is written)",
         *spec.extra,
     ]
     if on_cpu:

@@ -1,5 +1,5 @@
-"""What the FlowGRPO rehearsal reads back from a run: upstream's wandb records (losses, rewards,
-optimizer steps) and its checkpoint folders."""
+"""What the FlowGRPO rehearsal reads back from a run: the numbers of upstream's wandb.log calls (losses,
+rewards, optimizer steps) and its checkpoint folders."""
 from __future__ import annotations
 
 import os
@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from otca_patch.rehearsal.flowgrpo import checkpoint_after_training, logged_metrics, optimizer_steps, wandb_history
+from otca_patch.rehearsal.flowgrpo import checkpoint_after_training, logged_metrics, optimizer_steps
+from otca_patch.rehearsal.logged_numbers import FILE_NAME, logged_history
 
 HISTORY = [
     {"eval_reward_avg": -0.5, "eval_images": {"_type": "images/separated"}},
@@ -43,22 +44,36 @@ def test_a_checkpoint_counts_when_it_holds_weights_saved_after_training(tmp_path
     assert checkpoint_after_training(tmp_path) is saved
 
 
-def test_wandb_offline_records_read_back_with_every_float_bit(tmp_path):
+def test_each_wandb_log_call_is_copied_with_every_float_bit_before_it_logs(tmp_path):
+    """Upstream's wandb.log calls, as in train_sd3.py: reduced tensors, numpy scalars, floats, an image;
+    the process then ends with SIGTERM, as torch's agent ends a worker's group, and wandb never finishes."""
     values = [1 / 3, 2 / 7 + 1e-17, -1e-300]
     script = textwrap.dedent(f"""
-        import wandb
+        import os, signal, sys
+        import numpy, torch, wandb
+        from otca_patch.rehearsal.logged_numbers import copy_logged_numbers
+        copy_logged_numbers(sys.argv[1])
+        copy_logged_numbers(sys.argv[1])  # a second call copies once
         wandb.init(project="flow_grpo")
         for step, value in enumerate({values!r}):
-            wandb.log({{"loss": value, "reward_avg": step}}, step=step)
-        wandb.finish()
+            wandb.log({{"loss": torch.tensor(value, dtype=torch.float64), "reward_avg": numpy.float32(step / 4),
+                       "epoch": step, "image": wandb.Image(numpy.zeros((4, 4, 3), dtype=numpy.uint8)),
+                       "caption": "a cat", "eval": {{"reward_std": value}}, "flag": True,
+                       "rewards": torch.zeros(3)}}, step=step)
+        os.kill(os.getpid(), signal.SIGTERM)
     """)
     env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
-    subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, check=True, timeout=300)
-    history = wandb_history(tmp_path)
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path / FILE_NAME)], cwd=tmp_path, env=env,
+                          timeout=300)
+    assert done.returncode == -15
+    history = logged_history(tmp_path)
     assert [record["loss"] for record in history] == values
-    assert [record["reward_avg"] for record in history] == [0, 1, 2]
+    assert [record["eval/reward_std"] for record in history] == values
+    assert [record["reward_avg"] for record in history] == [0.0, 0.25, 0.5]
+    assert [record["epoch"] for record in history] == [0, 1, 2]
+    assert all(set(record) == {"loss", "reward_avg", "epoch", "eval/reward_std"} for record in history)
 
 
-def test_no_wandb_run_is_one_clear_error(tmp_path: Path):
-    with pytest.raises(FileNotFoundError, match="expected one offline wandb run"):
-        wandb_history(tmp_path)
+def test_no_copied_wandb_log_is_one_clear_error(tmp_path: Path):
+    with pytest.raises(FileNotFoundError, match="never called wandb.log"):
+        logged_history(tmp_path)
