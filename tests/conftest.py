@@ -18,7 +18,7 @@ QUICK_FILES = {
     "test_credit_conformance.py", "test_credit_errors.py", "test_credit_gapfills.py", "test_credit_options.py",
     "test_credit_summary.py", "test_student_t.py", "test_objective_weights.py", "test_invariants.py",
     "test_hooks_engine.py", "test_anchor_tails.py", "test_spec_extends.py", "test_spec_runtime_contract.py",
-    "test_trainer_kind.py", "test_smoke_cli.py",
+    "test_fork_specs.py", "test_trainer_kind.py", "test_smoke_cli.py",
 }
 
 
