@@ -334,7 +334,8 @@ def names_read(code: str) -> set[str]:
     read, bound = set(), set()
     for statement in ast.parse(code).body:
         names = [n for n in ast.walk(statement) if isinstance(n, ast.Name)]
-        read |= {n.id for n in names if isinstance(n.ctx, ast.Load)} - bound
+        parameters = {n.arg for n in ast.walk(statement) if isinstance(n, ast.arg)}  # a lambda's own names
+        read |= {n.id for n in names if isinstance(n.ctx, ast.Load)} - bound - parameters
         bound |= {n.id for n in names if not isinstance(n.ctx, ast.Load)}
     return read - LAYER_NAMES - set(dir(builtins))
 

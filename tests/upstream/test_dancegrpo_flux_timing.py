@@ -1,0 +1,81 @@
+"""DanceGRPO's real FLUX ``train_one_step`` on the CPU with ``--otca_objective_timing probe``
+(docs/credit.md 9.3): the probe decodes and scores each step's predicted clean sample, the run log
+holds the map each step's credit used, and that credit is what an independent reference computes
+from the logged map (``pytest -m upstream``)."""
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from otca_patch.rehearsal.credit_check import check, logged_timing_map
+
+from .conftest import cached_runs, run_smoke
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "credit"))
+from test_credit_timing_option import reference_timing_weights  # noqa: E402  the independent float64 reference
+
+pytestmark = pytest.mark.upstream
+
+STEPS = 3
+#: a probe at every step over the whole rollout (4 samples, one prompt group), pooled over 2 probes:
+#: steps 2 and 3 use a map
+PROBE = ["--otca", "--otca_objective_timing", "probe", "--otca_probe_every", "1", "--otca_probe_samples", "4",
+         "--otca_probe_window", "2"]
+TOLERANCE = 1e-5  # float32 advantages logged by the trainer against the float64 reference
+
+
+@pytest.fixture(scope="module")
+def runs(dancegrpo, tmp_path_factory):
+    root = tmp_path_factory.mktemp("flux-timing")
+    return cached_runs(lambda name, *flags, **options: run_smoke(dancegrpo, root / name, *flags, **options))
+
+
+@pytest.fixture(scope="module")
+def probed(runs):
+    return runs("probe", "--steps", str(STEPS), *PROBE)
+
+
+def test_the_map_exists_from_the_step_after_the_first_probe(probed):
+    records = probed.log
+    assert [r["step"] for r in records] == [1, 2, 3]
+    assert records[0]["objective_timing"] is None and records[0]["objective_timing_dof"] == 0
+    sampling_steps = len(records[0]["delta_s"][0])
+    for record, dof in zip(records[1:], (3, 6)):  # 4 samples in 1 group per probe: 3 degrees of freedom each
+        decided = logged_timing_map(record)
+        assert decided.shape == (2, sampling_steps)  # objectives upstream (HPSv2), clip_t x steps
+        assert record["objective_timing_dof"] == dof
+        assert torch.isfinite(decided).all() and ((decided >= 0) & (decided <= 1)).all()
+        # the scored image is step T's own prediction: the probe's score of it is the final score (its
+        # HPSv2 is upstream's own reward, computed as upstream computes it)
+        torch.testing.assert_close(decided[:, -1], torch.ones(2, dtype=torch.float64), atol=1e-6, rtol=0)
+        # one noise per prompt group (init_same_noise): step 1's prediction does not vary within it
+        assert decided[:, 0].tolist() == [0.0, 0.0]
+    assert all(r["probe"] for r in records)
+    assert all(0 < r["probe_seconds"] < r["step_seconds"] for r in records)
+
+
+def test_the_logged_credit_is_the_reference_of_the_logged_map(probed):
+    assert check(probed.out, 1, report=lambda line: None) == []  # the credit engine with the logged map
+    for record in probed.log[1:]:
+        decided = logged_timing_map(record).numpy()
+        weights = reference_timing_weights(decided.tolist(), record["config"]["timing_floor"])
+        parts = np.array(record["mixture"]) * np.array(record["objective_advantages"])  # otca: mixture * A (9.3 item 4)
+        expected = np.array(record["step_weights"]) * (parts @ weights)  # 9.3 item 5
+        logged = np.array(record["advantages"])
+        np.testing.assert_allclose(logged, expected[:, :logged.shape[1]], atol=TOLERANCE, rtol=0)
+        # and the map mattered: the mode's own rule gives other advantages
+        untimed = np.array(record["step_weights"]) * parts.sum(1, keepdims=True)
+        assert np.abs(untimed[:, :logged.shape[1]] - logged).max() > 100 * TOLERANCE
+
+
+def test_off_is_unchanged_and_the_probe_draws_no_random_numbers(runs, probed):
+    off = runs("off", "--steps", "2", "--otca")
+    assert all("objective_timing" not in r and "probe_seconds" not in r for r in off.log)
+    # step 1 has no map yet: the mode's own rule, the same update as off
+    assert probed.log[0]["advantages"] == off.log[0]["advantages"]
+    assert probed.losses[0] == off.losses[0] and probed.grad_norms[0] == off.grad_norms[0]
+    # step 2 rolls out the same samples (same rewards), credited by the map
+    assert probed.log[1]["rewards"] == off.log[1]["rewards"]
+    assert probed.log[1]["advantages"] != off.log[1]["advantages"]
