@@ -139,3 +139,24 @@ def test_heatmap_rows_are_objectives_and_columns_steps():
     assert image.shape == (8, 8, 3) and image.dtype == torch.uint8
     assert image[0, 0].tolist() == [0, 0, 64] and image[0, 4, 1].item() == 255
     assert image[4, 0].tolist() == [128, 128, 128]
+
+
+def test_a_new_map_goes_to_wandb_as_a_heatmap_on_rank_0(tmp_path, monkeypatch):
+    logged = []
+
+    class Image:
+        def __init__(self, array, caption):
+            self.array, self.caption = array, caption
+
+    fake = type("wandb", (), {"run": object(), "Image": Image, "log": staticmethod(lambda d, **k: logged.append(d))})
+    monkeypatch.setitem(__import__("sys").modules, "wandb", fake)
+    runtime = runtime_for("dancegrpo-flux", OtcaConfig(**PROBE, otca_log_dir=str(tmp_path)))
+    runtime._to_wandb(0, {}, step=1)
+    assert "otca/objective_timing" not in logged[-1]  # no map measured this step
+    runtime.timing_probe.new_map = torch.tensor([[0.0, 0.5, 1.0]], dtype=torch.float64)  # objective upstream
+    runtime._to_wandb(0, {}, step=2)
+    image = logged[-1]["otca/objective_timing"]
+    assert image.array.shape == (16, 3 * 16, 3)
+    assert "rows upstream;" in image.caption and "steps 1..3" in image.caption
+    runtime._to_wandb(1, {}, step=2)
+    assert len(logged) == 2  # other ranks log nothing

@@ -79,3 +79,19 @@ def test_off_is_unchanged_and_the_probe_draws_no_random_numbers(runs, probed):
     # step 2 rolls out the same samples (same rewards), credited by the map
     assert probed.log[1]["rewards"] == off.log[1]["rewards"]
     assert probed.log[1]["advantages"] != off.log[1]["advantages"]
+
+
+def test_the_timing_command_draws_the_runs_last_map(probed, capsys):
+    import json
+
+    from otca_patch.analysis.timing import main
+
+    assert main([str(probed.out)]) == 0
+    summary = json.loads((probed.out / "timing.json").read_text())
+    [drawn] = summary["maps"]
+    last = probed.log[-1]
+    assert drawn["label"] == f"run log, step {last['step']}" and drawn["objectives"] == last["objectives"]
+    assert drawn["dof"] == last["objective_timing_dof"]
+    np.testing.assert_allclose(drawn["decided"], logged_timing_map(last).numpy(), atol=1e-12)
+    assert (probed.out / "timing.png").stat().st_size > 0
+    assert "clip_t: 80% decided by step" in capsys.readouterr().out
