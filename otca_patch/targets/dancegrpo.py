@@ -105,9 +105,10 @@ class GrpoRuntime(Runtime):
             with torch.autocast("cuda", dtype=torch.bfloat16, enabled=cuda):
                 return decode(x)
 
-        def scored(image, caption):
+        def scored(images, rows):
             with torch.autocast("cuda", enabled=cuda):
-                return upstream_reward(image, caption)
+                return torch.stack([torch.as_tensor(upstream_reward(image, captions[row])).float().reshape(-1)[0].cpu()
+                                    for image, row in zip(images, rows)])
 
         self.timing_probe.score(decoded, captions, self.objectives, self.config.otca_video_frames,
                                 upstream=scored if upstream_reward is not None else None)

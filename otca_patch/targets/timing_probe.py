@@ -70,8 +70,10 @@ class TimingProbe:
         """Decode the kept predictions of the chunk just sampled (``decode``: upstream's decoding of a
         ``[n, ...]`` batch of predicted clean samples into what its reward takes, one step at a time)
         and score them with every objective: ``[b, K, T]``. Registry objectives score the decoded
-        samples; upstream's one reward (objective ``upstream``) is ``upstream(sample, prompt)`` -> a
-        scalar, where the target can call it; an objective the probe cannot call gets NaN."""
+        samples; upstream's rewards, where the target can call them, are ``upstream(samples, rows)``
+        (``rows``: each sample's position in the chunk, to pick its prompt) -> what the trainer
+        computes (a ``[n]`` tensor or a dictionary of them, read as ``Objectives.matrix`` reads the
+        trainer's own); an objective the probe cannot call gets NaN."""
         if not self.pending:
             return
         started = time.perf_counter()
@@ -82,12 +84,11 @@ class TimingProbe:
         samples = [decoded[t][i] for i in range(count) for t in range(steps)]  # sample-major
         chunk_prompts = [prompts[i] for i in range(count) for _ in range(steps)]
         scores = objectives.registry_matrix(samples, chunk_prompts, frames).float().cpu()
-        plain = [i for i, name in enumerate(objectives.names) if objectives.keys.get(name, "") is None]
-        if upstream is not None and plain:
+        if upstream is not None and objectives.keys:
             with torch.inference_mode():
-                own = [float(torch.as_tensor(upstream(sample, prompt)).float().reshape(-1)[0])
-                       for sample, prompt in zip(samples, chunk_prompts)]
-            scores[:, plain[0]] = torch.tensor(own)
+                own = upstream(samples, [i for i in range(count) for _ in range(steps)])
+            for name, key in objectives.keys.items():
+                scores[:, objectives.names.index(name)] = objectives.upstream.read(own, key, name).cpu()
         self.scores.append(scores.view(count, steps, -1).transpose(1, 2))
         self.pending = []
         self.seconds += time.perf_counter() - started

@@ -8,6 +8,7 @@ import torch
 from otca_patch.config import OtcaConfig
 from otca_patch.credit.timing import decided
 from otca_patch.hooks.spec import load_specs
+from otca_patch.objective_set import UpstreamRewards
 from otca_patch.target_options import PROBE_FLAG, PROBING_TARGETS
 from otca_patch.targets.registry import runtime_for
 from otca_patch.targets.timing_probe import TimingProbe, heatmap
@@ -24,6 +25,7 @@ class Objectives:
 
     names = ("upstream", "a", "b")
     keys = {"upstream": None}
+    upstream = UpstreamRewards()
 
     def registry_matrix(self, samples, prompts, frames):
         assert len(samples) == len(prompts)
@@ -51,7 +53,7 @@ def test_bad_flag_values_stop_the_runtime_with_one_line(tmp_path, flag, value, m
     assert str(raised.value) == message
 
 
-@pytest.mark.parametrize("target", ["dancegrpo-hunyuan", "dancegrpo-wan", "flowgrpo-sd3", "mixgrpo-flux"])
+@pytest.mark.parametrize("target", ["dancegrpo-hunyuan", "dancegrpo-wan", "flowgrpo-flux", "mixgrpo-flux"])
 def test_targets_without_the_probe_refuse_the_option_and_its_flags(tmp_path, target):
     with pytest.raises(ValueError, match=rf"^--otca_objective_timing: target {target} has no probe"):
         runtime_for(target, OtcaConfig(**PROBE, otca_log_dir=str(tmp_path)))
@@ -111,7 +113,7 @@ def test_the_map_is_pooled_over_the_last_window_probes_and_used_only_after_them(
 def test_upstreams_own_reward_fills_its_row_where_the_target_can_call_it(tmp_path):
     probe_ = probe(tmp_path, otca_probe_every=1, otca_probe_samples=4)
     predictions = torch.randn(4, 3, 2, generator=torch.Generator().manual_seed(0))
-    roll_out(probe_, predictions, upstream=lambda sample, prompt: sample.sum())
+    roll_out(probe_, predictions, upstream=lambda samples, rows: torch.stack([s.sum() for s in samples]))
     final = torch.cat([predictions[:, -1].sum(1, keepdim=True), predictions[:, -1]], 1)
     probe_.measure(final, torch.tensor([0, 0, 1, 1]), per_rank=4)
     probe_.start_step(2)

@@ -2,9 +2,6 @@
 (docs/credit.md 9.3): the probe decodes and scores each step's predicted clean sample, the run log
 holds the map each step's credit used, and that credit is what an independent reference computes
 from the logged map (``pytest -m upstream``)."""
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
@@ -12,18 +9,11 @@ import torch
 from otca_patch.rehearsal.credit_check import check, logged_timing_map
 
 from .conftest import cached_runs, run_smoke
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "credit"))
-from test_credit_timing_option import reference_timing_weights  # noqa: E402  the independent float64 reference
+from .timing_checks import PROBE, assert_otca_credit_follows_the_logged_map
 
 pytestmark = pytest.mark.upstream
 
 STEPS = 3
-#: a probe at every step over the whole rollout (4 samples, one prompt group), pooled over 2 probes:
-#: steps 2 and 3 use a map
-PROBE = ["--otca", "--otca_objective_timing", "probe", "--otca_probe_every", "1", "--otca_probe_samples", "4",
-         "--otca_probe_window", "2"]
-TOLERANCE = 1e-5  # float32 advantages logged by the trainer against the float64 reference
 
 
 @pytest.fixture(scope="module")
@@ -58,16 +48,8 @@ def test_the_map_exists_from_the_step_after_the_first_probe(probed):
 
 def test_the_logged_credit_is_the_reference_of_the_logged_map(probed):
     assert check(probed.out, 1, report=lambda line: None) == []  # the credit engine with the logged map
-    for record in probed.log[1:]:
-        decided = logged_timing_map(record).numpy()
-        weights = reference_timing_weights(decided.tolist(), record["config"]["timing_floor"])
-        parts = np.array(record["mixture"]) * np.array(record["objective_advantages"])  # otca: mixture * A (9.3 item 4)
-        expected = np.array(record["step_weights"]) * (parts @ weights)  # 9.3 item 5
-        logged = np.array(record["advantages"])
-        np.testing.assert_allclose(logged, expected[:, :logged.shape[1]], atol=TOLERANCE, rtol=0)
-        # and the map mattered: the mode's own rule gives other advantages
-        untimed = np.array(record["step_weights"]) * parts.sum(1, keepdims=True)
-        assert np.abs(untimed[:, :logged.shape[1]] - logged).max() > 100 * TOLERANCE
+    for record in probed.log[1:]:  # upstream trains the leading columns (its permuted steps' advantages)
+        assert_otca_credit_follows_the_logged_map(record)
 
 
 def test_off_is_unchanged_and_the_probe_draws_no_random_numbers(runs, probed):
