@@ -29,7 +29,7 @@ class GrpoRuntime(Runtime):
     """State of the layer inside one DanceGRPO process (one rank)."""
 
     INTERNAL = Runtime.INTERNAL | {"assign_per_step", "group_ids", "progress", "rewards", "write_log", "final_state",
-                                   "rebind_upstream"}
+                                   "rebind_upstream", "probe_samples"}
     #: DanceGRPO's loop logs ``wandb.log({...}, step=step)`` after ``train_one_step`` returns
     upstream_logs_step = "next"
     #: False for a trainer whose own flags choose its rewards (``rebind_upstream`` at its first step)
@@ -103,7 +103,7 @@ class GrpoRuntime(Runtime):
 
         def decoded(x):
             with torch.autocast("cuda", dtype=torch.bfloat16, enabled=cuda):
-                return decode(x)
+                return self.probe_samples(decode(x))
 
         def scored(images, rows):
             with torch.autocast("cuda", enabled=cuda):
@@ -112,6 +112,10 @@ class GrpoRuntime(Runtime):
 
         self.timing_probe.score(decoded, captions, self.objectives, self.config.otca_video_frames,
                                 upstream=scored if upstream_reward is not None else None)
+
+    def probe_samples(self, decoded) -> list:
+        """One decoded batch as the objectives take it (images: as upstream decodes them)."""
+        return decoded
 
     def remember(self, function) -> None:
         """Keep an upstream module-level function that a spec's code in a function calls

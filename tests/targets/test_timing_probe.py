@@ -53,7 +53,7 @@ def test_bad_flag_values_stop_the_runtime_with_one_line(tmp_path, flag, value, m
     assert str(raised.value) == message
 
 
-@pytest.mark.parametrize("target", ["dancegrpo-hunyuan", "dancegrpo-wan", "flowgrpo-flux", "mixgrpo-flux"])
+@pytest.mark.parametrize("target", ["dancegrpo-hunyuan", "dancegrpo-sd", "flowgrpo-flux", "mixgrpo-flux"])
 def test_targets_without_the_probe_refuse_the_option_and_its_flags(tmp_path, target):
     with pytest.raises(ValueError, match=rf"^--otca_objective_timing: target {target} has no probe"):
         runtime_for(target, OtcaConfig(**PROBE, otca_log_dir=str(tmp_path)))
