@@ -13,15 +13,18 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
+from dataclasses import fields
 from typing import Callable, Optional, Sequence
 
 import torch
 
 from ..credit.timing import TimingMoments, decided_from_moments, timing_moments
 from ..distributed import gather_rows, world
+from ..target_options import TargetOptions
 
 #: the probe's flags and the smallest value each takes
 FLAG_MINIMA = {"otca_probe_every": 1, "otca_probe_samples": 2, "otca_probe_window": 1}
+DEFAULTS = {f.name: f.default for f in fields(TargetOptions) if f.name in FLAG_MINIMA}
 
 
 class TimingProbe:
@@ -33,6 +36,9 @@ class TimingProbe:
             value = getattr(config, name)
             if not isinstance(value, int) or value < least:
                 raise ValueError(f"--{name}: needs an integer >= {least}, got {value!r}")
+            if not self.active and value != DEFAULTS[name]:
+                raise ValueError(f"--{name}: schedules the objective-timing probe, which runs only with "
+                                 "--otca_objective_timing probe")
         self.every, self.samples = config.otca_probe_every, config.otca_probe_samples
         #: (moments, measured [K] bool) of the last W probes, oldest first
         self.window: deque = deque(maxlen=config.otca_probe_window)

@@ -53,6 +53,13 @@ def test_bad_flag_values_stop_the_runtime_with_one_line(tmp_path, flag, value, m
     assert str(raised.value) == message
 
 
+def test_probe_flags_without_the_option_are_refused(tmp_path):
+    with pytest.raises(ValueError) as raised:
+        runtime_for("dancegrpo-flux", OtcaConfig(otca=True, otca_probe_window=3, otca_log_dir=str(tmp_path)))
+    assert str(raised.value) == ("--otca_probe_window: schedules the objective-timing probe, which runs only with "
+                                 "--otca_objective_timing probe")
+
+
 @pytest.mark.parametrize("target", ["dancegrpo-hunyuan", "dancegrpo-sd", "flowgrpo-flux", "mixgrpo-flux"])
 def test_targets_without_the_probe_refuse_the_option_and_its_flags(tmp_path, target):
     with pytest.raises(ValueError, match=rf"^--otca_objective_timing: target {target} has no probe"):
