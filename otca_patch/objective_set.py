@@ -118,6 +118,15 @@ class Objectives:
         device = next(iter(columns.values())).device
         return torch.stack([columns[name].to(device) for name in self.names], dim=1)
 
+    def registry_matrix(self, samples, prompts: Sequence[str], frames: int = 1) -> torch.Tensor:
+        """``[n, K]`` float32: the registry's scores of ``samples`` (as ``matrix`` takes them) in their
+        columns, NaN in upstream's (what the trainer computed is known for its own samples only)."""
+        columns = self._registry_columns(samples, list(prompts), frames) if self.reward_set is not None else {}
+        count = len(prompts)
+        device = next(iter(columns.values())).device if columns else torch.device("cpu")
+        nan = torch.full((count,), float("nan"), device=device)
+        return torch.stack([columns.get(name, nan).float().to(device) for name in self.names], dim=1)
+
     def _registry_columns(self, samples, prompts: list, frames: int) -> dict:
         if isinstance(samples, (list, tuple)) and samples and isinstance(samples[0], torch.Tensor):
             samples = torch.stack([s.detach().float() for s in samples])

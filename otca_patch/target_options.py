@@ -30,6 +30,18 @@ class TargetOptions:
     otca_wan22_train: str = flag("Wan2.2: which experts train ('both', 'transformer' = high-noise, "
                                  "'transformer_2' = low-noise); the other still serves its steps", "both",
                                  choices=("both", "transformer", "transformer_2"))
+    otca_probe_every: int = flag("targets with the objective-timing probe (docs/credit.md 9.3), under "
+                                 "--otca_objective_timing probe: training steps between probes (steps 1, 1+N, ...)", 10)
+    otca_probe_samples: int = flag("objective-timing probe: the first M samples of each rank's rollout are probed "
+                                   "(give whole prompt groups: the map is a within-group measure)", 12)
+    otca_probe_window: int = flag("objective-timing probe: the map a step's credit uses is pooled over the last W "
+                                  "probes before it", 8)
+
+
+#: the flag a spec lists when its target has the objective-timing probe (it then takes the option ``probe``)
+PROBE_FLAG = "otca_probe_every"
+#: the targets whose spec lists ``PROBE_FLAG``: named in the refusal of every other target
+PROBING_TARGETS = ("dancegrpo-flux", "dancegrpo-wan", "flowgrpo-sd3")
 
 
 def target_only_flags() -> tuple:
@@ -46,11 +58,12 @@ def given_target_flags(config) -> list:
 
 def refuse_foreign_flags(config, target: str, accepted) -> None:
     """A target-only flag given to a target whose spec does not list it is an error naming both."""
-    if getattr(config, "otca_objective_timing", "off") != "off":
+    if getattr(config, "otca_objective_timing", "off") != "off" and PROBE_FLAG not in accepted:
         # docs/credit.md 9.3: without a probe the map is never measured and the option would silently
         # train by the mode's own rule
-        raise ValueError(f"--otca_objective_timing: target {target} has no probe of predicted clean samples yet, so "
-                         "the map the option needs is never measured; use it in the demo (otca-patch ablate --modes "
+        raise ValueError(f"--otca_objective_timing: target {target} has no probe of predicted clean samples, so "
+                         "the map the option needs is never measured; use a target that probes "
+                         f"({', '.join(PROBING_TARGETS)}), the demo (otca-patch ablate --modes "
                          "multi_grpo_timed,otca_timed) or the library")
     foreign = [name for name in given_target_flags(config) if name not in accepted]
     if foreign:

@@ -334,7 +334,11 @@ def names_read(code: str) -> set[str]:
     read, bound = set(), set()
     for statement in ast.parse(code).body:
         names = [n for n in ast.walk(statement) if isinstance(n, ast.Name)]
-        read |= {n.id for n in names if isinstance(n.ctx, ast.Load)} - bound
+        # a lambda's parameters and a comprehension's targets are the code's own names
+        parameters = {n.arg for n in ast.walk(statement) if isinstance(n, ast.arg)} | {
+            n.id for c in ast.walk(statement) if isinstance(c, ast.comprehension)
+            for n in ast.walk(c.target) if isinstance(n, ast.Name)}
+        read |= {n.id for n in names if isinstance(n.ctx, ast.Load)} - bound - parameters
         bound |= {n.id for n in names if not isinstance(n.ctx, ast.Load)}
     return read - LAYER_NAMES - set(dir(builtins))
 

@@ -24,6 +24,7 @@ from ..objective_set import Objectives, UpstreamRewards
 from ..runlog import RunLog
 from ..samples import SampleKeeper
 from .monitoring import WandbRows, wandb_scalars
+from .timing_probe import TimingProbe, heatmap
 
 
 class Runtime:
@@ -51,6 +52,8 @@ class Runtime:
         #: a few decoded samples of the first and the latest step, beside the run log (rank 0)
         self.sample_keeper = SampleKeeper(config.otca_log_dir)
         self.wandb_rows = WandbRows()
+        #: --otca_objective_timing probe: the map decided[k, t] measured on a schedule (docs/credit.md 9.3)
+        self.timing_probe = TimingProbe(config)
         self.step = 0
         self.reset()
 
@@ -102,6 +105,7 @@ class Runtime:
     def reset(self) -> None:
         """Forget the previous training step (called before each one)."""
         self.record = None
+        self.timing_probe.start_step(self.step + 1)
 
     # ---- the credit, once per training step, over the samples of all ranks
     def number_groups(self, labels: torch.Tensor) -> torch.Tensor:
@@ -118,7 +122,10 @@ class Runtime:
         batch, device = delta_s.shape[0], delta_s.device
         group_ids = self.number_groups(gather_rows(labels.to(device)))
         gathered = gather_rows(rewards.to(device))
-        result = credit_from_progress(gathered, gather_rows(delta_s), group_ids, self.credit_config)
+        timing = self.timing_probe.map_for_credit()  # the probes before this step's (None: not yet measured)
+        result = credit_from_progress(gathered, gather_rows(delta_s), group_ids, self.credit_config,
+                                      objective_timing=None if timing is None else timing.to(device))
+        self.timing_probe.measure(gathered, group_ids, batch)
         local = {name: local_rows(value, batch) for name, value in result.tensors().items()}
         local["group_ids"] = local_rows(group_ids, batch)
         summary = result.summary()
@@ -177,7 +184,8 @@ class Runtime:
         record = {
             "step": self.step, "rank": rank, "world_size": size, "mode": self.credit_config.mode,
             "observe": self.observing, "config": self.credit_config.to_dict(),
-            "objectives": list(self.objectives.names), "spec": self.spec_record(), **self.record, **fields_,
+            "objectives": list(self.objectives.names), "spec": self.spec_record(), **self.record,
+            **self.timing_probe.record_fields(), **fields_,
         }
         if self.step == 1 and rank_check.result() is not None:
             record["rank_check"] = rank_check.result()  # the first record says every rank ran the same layer
@@ -208,4 +216,8 @@ class Runtime:
         if rank != 0 or wandb is None or getattr(wandb, "run", None) is None:
             return
         scalars = wandb_scalars(summary, self.objectives.names)
+        if self.timing_probe.new_map is not None:  # the map pooled with this step's probe
+            scalars["otca/objective_timing"] = wandb.Image(
+                heatmap(self.timing_probe.new_map).numpy(),
+                caption=f"decided: rows {', '.join(self.objectives.names)}; columns steps 1..{self.timing_probe.new_map.shape[1]}")
         self.wandb_rows.log(scalars, "explicit" if step is not None else self.upstream_logs_step, step)

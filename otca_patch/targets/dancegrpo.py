@@ -11,6 +11,8 @@ needs no runtime code of its own (its spec names ``otca_patch.targets.dancegrpo:
 """
 from __future__ import annotations
 
+import time
+
 import torch
 
 from .. import rank_check
@@ -27,7 +29,7 @@ class GrpoRuntime(Runtime):
     """State of the layer inside one DanceGRPO process (one rank)."""
 
     INTERNAL = Runtime.INTERNAL | {"assign_per_step", "group_ids", "progress", "rewards", "write_log", "final_state",
-                                   "rebind_upstream"}
+                                   "rebind_upstream", "probe_samples"}
     #: DanceGRPO's loop logs ``wandb.log({...}, step=step)`` after ``train_one_step`` returns
     upstream_logs_step = "next"
     #: False for a trainer whose own flags choose its rewards (``rebind_upstream`` at its first step)
@@ -38,6 +40,7 @@ class GrpoRuntime(Runtime):
         if config.otca_video_frames < 1:  # the video targets' flag (any other target refuses it)
             raise ValueError(f"--otca_video_frames: need at least 1 frame, got {config.otca_video_frames}")
         self.step_check = TrainedStepCheck()
+        self.upstream_functions = {}
         # before upstream builds its models: a bad checkpoint stops the run early
         self.bind_objectives(check_weights=self.rewards_known_at_install)
 
@@ -84,6 +87,44 @@ class GrpoRuntime(Runtime):
                                f"{None if final is None else tuple(final.shape)} for latents of one state "
                                f"{expected}; the sampler hook no longer matches this trainer")
         return final.to(all_latents.device)
+
+    # ---- hooks: probe_step_predictions (the sampler's loop), probe_decode (after upstream decodes)
+    def collect_step_prediction(self, prediction: torch.Tensor, index: int) -> None:
+        """Step ``index``'s (0-based) predicted clean sample ``[b, ...]`` of the chunk being sampled:
+        kept on a probe step for the objective-timing map (``timing_probe``)."""
+        self.timing_probe.keep(prediction, index)
+
+    def score_step_predictions(self, decode, captions, upstream_reward=None) -> None:
+        """The chunk just decoded: its kept step predictions are decoded by ``decode`` (upstream's own
+        decoding of its final latents, under its bf16 autocast on CUDA) and scored with each objective;
+        ``upstream_reward(image, caption)``: upstream's own reward of one decoded image, where the spec
+        can call it (under its fp16 autocast on CUDA), else None (its row of the map stays undefined)."""
+        cuda = torch.cuda.is_available()
+
+        def decoded(x):
+            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=cuda):
+                return self.probe_samples(decode(x))
+
+        def scored(images, rows):
+            with torch.autocast("cuda", enabled=cuda):
+                return torch.stack([torch.as_tensor(upstream_reward(image, captions[row])).float().reshape(-1)[0].cpu()
+                                    for image, row in zip(images, rows)])
+
+        self.timing_probe.score(decoded, captions, self.objectives, self.config.otca_video_frames,
+                                upstream=scored if upstream_reward is not None else None)
+
+    def probe_samples(self, decoded) -> list:
+        """One decoded batch as the objectives take it (images: as upstream decodes them)."""
+        return decoded
+
+    def remember(self, function) -> None:
+        """Keep an upstream module-level function that a spec's code in a function calls
+        (``upstream_function(name)``): a function hook reads no module globals."""
+        self.upstream_functions[function.__name__] = function
+
+    def upstream_function(self, name: str):
+        """The upstream function ``remember`` kept under ``name``."""
+        return self.upstream_functions[name]
 
     # ---- hooks: collect_decoded_images / collect_decoded_videos (sample_reference_model)
     def collect_images(self, decoded_images, captions) -> None:
@@ -184,7 +225,9 @@ class GrpoRuntime(Runtime):
         def train_one_step_with_otca(*args, **kwargs):
             rank_check.ensure()  # before the rollout, should the trainer have built its group unseen
             runtime.reset()
+            started = time.perf_counter()
             result = train_one_step(*args, **kwargs)
+            runtime.step_seconds = time.perf_counter() - started
             runtime.step_check.end_step()
             runtime.write_log(result)
             return result
@@ -194,7 +237,8 @@ class GrpoRuntime(Runtime):
 
     def write_log(self, result) -> None:
         loss, grad_norm = (tuple(result) + (None, None))[:2] if isinstance(result, tuple) else (result, None)
-        self.write_record(trained_steps=self.trained_steps, loss=loss, grad_norm=grad_norm)
+        timed = {"step_seconds": self.step_seconds} if self.timing_probe.active else {}  # the probe's share
+        self.write_record(trained_steps=self.trained_steps, loss=loss, grad_norm=grad_norm, **timed)
 
 
 def frames_to_tensor(video) -> torch.Tensor:

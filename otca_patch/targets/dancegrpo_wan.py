@@ -38,7 +38,7 @@ from __future__ import annotations
 import torch
 
 from ..distributed import average_gradients
-from .dancegrpo import GrpoRuntime
+from .dancegrpo import GrpoRuntime, frames_to_tensor
 from .wan22 import ExpertRouter, is_wan22_checkpoint, load_experts, save_experts
 
 
@@ -67,6 +67,11 @@ class WanRuntime(GrpoRuntime):
             from safetensors.torch import save_file
 
             save_file(cpu_state, weight_path)
+
+    def probe_samples(self, decoded) -> list:
+        """The objective-timing probe's decoded videos (``postprocess_video``: ``[b, F, H, W, 3]``) as
+        the objectives take them: ``[F, 3, H, W]`` each (``collect_video``'s layout)."""
+        return [frames_to_tensor(video) for video in decoded]
 
     def reset(self) -> None:
         super().reset()

@@ -6,8 +6,10 @@ per epoch. The trainers that sample an SDE window build on it in ``flowgrpo_wind
 """
 from __future__ import annotations
 
-import torch
+import sys
+import time
 
+import torch
 
 from .. import rank_check
 from ..credit import modes, similarity_to_final, step_progress
@@ -52,6 +54,58 @@ class FlowGrpoRuntime(Runtime):
         self.images, self.prompts, self.losses = [], [], []
         self.kept = None
         self.upstream_advantages = None
+        self.epoch_started = None  # the epoch's first training rollout (evaluation before it is not timed)
+        self.probe_armed, self.probe_calls = False, 0
+
+    # ---- hooks: probe_sde_steps (module level), arm_probe and probe_decode (main, the sampling loop)
+    def probe_sde_steps(self, pipeline_with_logprob) -> None:
+        """Under ``--otca_objective_timing probe``: the SDE step the sampling pipeline calls (a global of
+        its module) is wrapped to keep, while armed, each step's predicted clean sample ``x - sigma v``
+        (flow matching: ``x_t = (1 - sigma) x_0 + sigma eps``, ``v = eps - x_0``); it calls upstream's
+        step unchanged. Evaluation's sampling is never armed."""
+        if not self.timing_probe.active:
+            return
+        scope = vars(sys.modules[pipeline_with_logprob.__module__])  # it is wrapped by torch.no_grad
+        if not callable(scope.get("sde_step_with_logprob")):
+            raise RuntimeError(f"objective-timing probe: {pipeline_with_logprob.__module__} has no sde_step_with_logprob "
+                               "to keep each step's prediction from; the probe hook no longer matches this trainer")
+        original, runtime = scope["sde_step_with_logprob"], self
+
+        def sde_step_with_logprob(scheduler, model_output, timestep, sample, *args, **kwargs):
+            if runtime.probe_armed:
+                steps = [scheduler.index_for_timestep(t) for t in timestep]
+                sigma = scheduler.sigmas[steps].to(sample.device, torch.float32)
+                sigma = sigma.view(-1, *([1] * (sample.dim() - 1)))
+                runtime.timing_probe.keep(sample.float() - sigma * model_output.float(), runtime.probe_calls)
+                runtime.probe_calls += 1
+            return original(scheduler, model_output, timestep, sample, *args, **kwargs)
+
+        sde_step_with_logprob.__wrapped__ = original
+        scope["sde_step_with_logprob"] = sde_step_with_logprob
+
+    def arm_probe(self) -> None:
+        """The next sampling call is a training rollout: its steps' predictions are kept on a probe epoch."""
+        self.probe_armed, self.probe_calls = self.timing_probe.probing, 0
+        if self.epoch_started is None:
+            self.epoch_started = time.perf_counter()
+
+    def score_step_predictions(self, decode, prompts, upstream_reward, autocast) -> None:
+        """The sampling batch just rolled out: its kept step predictions are decoded by ``decode`` (the
+        pipeline's own decoding of its final latents, under upstream's sampling ``autocast``) and
+        scored with each objective; upstream's ``upstream_reward(images, rows)`` is its ``reward_fn``
+        on them (a dictionary with ``avg``)."""
+        self.probe_armed = False
+
+        def decoded(latents):
+            with autocast():
+                return decode(latents)
+
+        def scored(images, rows):
+            rewards = dict(upstream_reward(torch.stack(list(images)), rows))
+            rewards.setdefault(AVG_KEY, rewards.get("avg"))
+            return rewards
+
+        self.timing_probe.score(decoded, prompts, self.objectives, self.config.otca_video_frames, upstream=scored)
 
     def number_groups(self, labels: torch.Tensor) -> torch.Tensor:
         return group_ids_from_keys(labels)  # prompt keys -> 0, 1, ... in order of first appearance
@@ -138,7 +192,9 @@ class FlowGrpoRuntime(Runtime):
         the epoch (``wandb.log(info, step=global_step)`` before ``global_step += 1``): ``step=global_step``
         would be the next epoch's row, and the epoch's sampling row is already closed."""
         loss = float(torch.stack(self.losses).float().mean()) if self.losses else None
-        self.write_record(epoch=epoch, global_step=global_step, kept=self.kept, loss=loss)
+        timed = {"step_seconds": time.perf_counter() - self.epoch_started} \
+            if self.timing_probe.active and self.epoch_started is not None else {}
+        self.write_record(epoch=epoch, global_step=global_step, kept=self.kept, loss=loss, **timed)
         self.step_check.end_step()
         self.reset()
 

@@ -223,6 +223,14 @@ def test_spec_reads_must_match_the_code(tmp_path: Path):
         load_spec(path)
 
 
+def test_a_lambdas_own_parameters_are_not_upstream_names(tmp_path: Path):
+    from otca_patch.hooks.spec import names_read
+
+    assert names_read("__otca__.score(lambda x: vae.decode(x * scale), caption)") == {"vae", "scale", "caption"}
+    assert names_read("f(lambda image, text: model(image, text))") == {"f", "model"}
+    assert names_read("g(lambda rows: [prompts[r] for r in rows])") == {"g", "prompts"}
+
+
 def test_the_shipped_specs_state_reads_and_pin_the_trained_column():
     from otca_patch.hooks import load_specs
 

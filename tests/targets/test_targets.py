@@ -129,4 +129,4 @@ def test_the_run_log_names_the_spec_once(tmp_path):
     assert "target" not in record
     assert record["spec"] == {"target": "dancegrpo-flux", "upstream": "DanceGRPO", "file": "fastvideo/train_grpo_flux.py",
                               "path": spec.path, "extends": list(spec.extends), "chosen": ""}
-    assert [Path(p).name for p in record["spec"]["extends"]] == ["_flux_family.toml", "_dancegrpo.toml"]
+    assert [Path(p).name for p in record["spec"]["extends"]] == ["_flux_probe.toml", "_flux_family.toml", "_dancegrpo.toml"]
