@@ -41,7 +41,7 @@ class TargetOptions:
 #: the flag a spec lists when its target has the objective-timing probe (it then takes the option ``probe``)
 PROBE_FLAG = "otca_probe_every"
 #: the targets whose spec lists ``PROBE_FLAG``: named in the refusal of every other target
-PROBING_TARGETS = ("dancegrpo-flux", "dancegrpo-wan", "flowgrpo-sd3")
+PROBING_TARGETS = ("dancegrpo-flux", "dancegrpo-flux-kontext", "dancegrpo-wan", "flowgrpo-sd3")
 
 
 def target_only_flags() -> tuple:
