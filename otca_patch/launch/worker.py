@@ -14,12 +14,10 @@ import runpy
 import socket
 import sys
 
-from ..config import COMMAND_VARIABLE  # noqa: F401  (the launch and its readers import it from here too)
+from .. import env_names
 from ..help_text import plain_text
 
 USAGE = "usage: otca-patch run SCRIPT [ARGS ...] [--otca ...]"
-#: set by ``otca-patch launch``: the file each started process of the launch appends a line to
-RECORD_VARIABLE = "OTCA_PATCH_RECORD"
 #: the record's line for a process that stopped: ``{"event": "error", ...}``, one JSON line (the
 #: launch relays the first one when it ends; other lines are ``KIND<TAB>SCRIPT...``)
 ERROR_EVENT = "error"
@@ -27,7 +25,7 @@ ERROR_EVENT = "error"
 
 def record_error(message: str, script: str = "") -> None:
     """Tell the launch why this process stopped (the launch's end names the first such error)."""
-    record = os.environ.get(RECORD_VARIABLE)
+    record = os.environ.get(env_names.RECORD)
     if not record:
         return
     line = json.dumps({"event": ERROR_EVENT, "pid": os.getpid(), "host": socket.gethostname(),
@@ -41,7 +39,7 @@ def record_error(message: str, script: str = "") -> None:
 
 def record_targeted(script: str, spec) -> None:
     """Tell the launch that a targeted process started (it checks that one did; see wrapper.py)."""
-    record = os.environ.get(RECORD_VARIABLE)
+    record = os.environ.get(env_names.RECORD)
     if record:
         with open(record, "a") as handle:  # one short append per process: atomic with O_APPEND
             handle.write(f"targeted\t{os.path.abspath(script)}\t{spec.name}\n")
@@ -57,7 +55,7 @@ def run_untouched(script: str, argv: list[str]) -> None:
 def main(argv=None, command: str | None = None) -> int:
     """``command``: what messages start with (``otca-patch run``; in a launch's processes, the launch)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    command = command or os.environ.get(COMMAND_VARIABLE) or "otca-patch"
+    command = command or os.environ.get(env_names.COMMAND) or "otca-patch"
     if argv and argv[0] in ("-h", "--help"):
         print(plain_text(f"{USAGE}\n\n{__doc__.split(chr(10) * 2, 1)[1]}\nThe --otca flags are those of `otca-patch launch --help`."))
         return 0
