@@ -52,6 +52,40 @@ def run_untouched(script: str, argv: list[str]) -> None:
     runpy.run_path(script, run_name="__main__")
 
 
+def prepare_process(script: str, rest: list[str], module: str | None, command: str):
+    """Everything before ``script`` runs: its arguments ``rest`` parsed once into the config (with
+    ``$OTCA_PATCH_ARGS``), which then goes down; the reward packages checked, the spec and the rewritten
+    code (one parse of the file), the runtime installed with the rank check armed, and a fresh
+    ``__main__``. Returns (code, namespace), or None once the script has run untouched (no ``--otca``);
+    raises before any upstream code runs."""
+    from ..config import config_from_environment, environment_flags_note
+    from ..hooks.prepare import prepare
+    from ..hooks.spec import load_specs
+    from ..rewards.packages import check_reward_packages
+    from ..targets.registry import install_for_run
+    from .runner import main_namespace, say_identity
+
+    note = environment_flags_note(command)
+    if note and os.environ.get("RANK", "0") == "0":
+        print(note, file=sys.stderr, flush=True)
+    if not os.path.isfile(script):
+        raise ValueError(f"script {script} does not exist (working directory {os.getcwd()})")
+    config, upstream_argv = config_from_environment(rest)
+    if not config.active:
+        run_untouched(script, upstream_argv)  # no --otca: the upstream file runs untouched
+        return None
+    check_reward_packages(config.otca_rewards, config.otca_reward_ckpt, config.otca_reward_opt)
+    prepared = prepare(script, config.otca_target, load_specs())
+    if prepared is None:
+        raise ValueError(f"{script} is not an upstream file that otca-patch has hook points for "
+                         f"(`otca-patch doctor` lists them; for a copy of one, add --otca_target NAME={script})")
+    say_identity(prepared.identity)
+    runtime = install_for_run(prepared.spec, config, os.path.abspath(script), prepared.reason)
+    namespace = main_namespace(script, upstream_argv, prepared, runtime, module)
+    record_targeted(script, prepared.spec)
+    return prepared.code, namespace
+
+
 def main(argv=None, command: str | None = None) -> int:
     """``command``: what messages start with (``otca-patch run``; in a launch's processes, the launch)."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -66,37 +100,17 @@ def main(argv=None, command: str | None = None) -> int:
         print(USAGE, file=sys.stderr)
         return 2
     script, rest = argv[0], argv[1:]
+    from ..hooks.errors import PatchError
+
     try:
-        from ..config import config_from_environment
-        from ..hooks.errors import PatchError
-
-        from ..config import environment_flags_note
-
-        note = environment_flags_note(command)
-        if note and os.environ.get("RANK", "0") == "0":
-            print(note, file=sys.stderr, flush=True)
-        if not os.path.isfile(script):
-            raise ValueError(f"script {script} does not exist (working directory {os.getcwd()})")
-        config, upstream_argv = config_from_environment(rest)
-        if not config.active:
-            run_untouched(script, upstream_argv)  # no --otca: the upstream file runs untouched
-            return 0
-        from ..hooks.explicit_targets import spec_choice_for
-        from ..hooks.spec import load_specs
-        from ..rewards.packages import check_reward_packages
-        from .runner import prepare_main
-
-        check_reward_packages(config.otca_rewards, config.otca_reward_ckpt, config.otca_reward_opt)
-        choice = spec_choice_for(script, config.otca_target, load_specs())
-        if choice is None:
-            raise ValueError(f"{script} is not an upstream file that otca-patch has hook points for "
-                             f"(`otca-patch doctor` lists them; for a copy of one, add --otca_target NAME={script})")
-        code, namespace = prepare_main(script, upstream_argv, choice.spec, config, choice.reason, module=module)
-        record_targeted(script, choice.spec)
+        prepared = prepare_process(script, rest, module, command)
     except Exception as exc:  # before the script starts: every failure stops the process, clearly
         print(f"{command}: error: {exc}", file=sys.stderr)
         record_error(str(exc), script)
         return 2
+    if prepared is None:
+        return 0
+    code, namespace = prepared
     try:
         exec(code, namespace)
     except PatchError as exc:  # a run-time invariant does not hold (before the first optimizer step)

@@ -44,9 +44,8 @@ from ..files import shown_path
 from ..help_text import plain_text
 from ..hooks.errors import PatchError
 from ..hooks.explicit_targets import explicit_specs, not_overridden
-from ..hooks.rewrite import compile_target
+from ..hooks.prepare import rewritten
 from ..hooks.select import choose_spec
-from ..hooks.source import read_source
 from ..hooks.spec import TargetSpec, load_specs
 from ..runlog import LOG_NAME
 from . import reach, watch
@@ -68,7 +67,7 @@ def preflight(launch_script: Path, workdir: Path, text: str | None, specs: list[
         if path is None:
             continue
         choice = choose_spec(path, [spec for spec in specs if spec.file == file])
-        compile_target(read_source(str(path)), choice.spec, str(path))
+        rewritten(path, choice.spec)  # the file's one parse serves the choice and the rewrite
         checked[f"{file} [{choice.spec.name}]"] = choice.spec
     return checked
 
@@ -162,7 +161,7 @@ def setup_note(text: str) -> str:
 def check_explicit(specs: list[TargetSpec]) -> list[str]:
     """Hook points of every ``--otca_target`` file (``specs``: their specs, ``file`` absolute)."""
     for spec in specs:
-        compile_target(read_source(spec.file), spec, spec.file)
+        rewritten(spec.file, spec)
     return [f"{os.path.relpath(spec.file)} (as {spec.name})" for spec in specs]
 
 
