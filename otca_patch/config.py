@@ -7,17 +7,12 @@ import shlex
 from dataclasses import asdict, dataclass
 from typing import Optional, Sequence
 
-from . import flags
+from . import env_names, flags
 from .credit import CreditConfig
 from .flags import flag
 from .suggest import did_you_mean
 from .target_options import TargetOptions, given_target_flags
 
-#: The environment variable through which `scripts/otca_run.sh` hands the flags to every process
-#: that a launcher (torchrun, accelerate) starts: upstream shell scripts pass fixed arguments.
-ENV_ARGS = "OTCA_PATCH_ARGS"
-#: set by ``otca-patch launch``: the command its processes' messages start with
-COMMAND_VARIABLE = "OTCA_PATCH_COMMAND"
 FLAG_PREFIX = "--otca"
 #: how --otca_objective_weights addresses objectives (said in every message about their count)
 WEIGHTS_RULE = ("give one weight per objective column once names expand "
@@ -152,18 +147,18 @@ def environment_flags_note(prog: str) -> Optional[str]:
     """The line saying that flags come from ``$OTCA_PATCH_ARGS`` rather than the command line (a
     stale ``export`` would switch the layer on unseen), or ``None``: not set, or set by the
     ``otca-patch launch`` this process belongs to (which printed its flags already)."""
-    text = os.environ.get(ENV_ARGS, "").strip()
-    if not text or os.environ.get(COMMAND_VARIABLE):
+    text = os.environ.get(env_names.ARGS, "").strip()
+    if not text or os.environ.get(env_names.COMMAND):
         return None
-    return (f"{prog}: flags from ${ENV_ARGS}, not from the command line: {text} "
-            f"(`unset {ENV_ARGS}` to run without them)")
+    return (f"{prog}: flags from ${env_names.ARGS}, not from the command line: {text} "
+            f"(`unset {env_names.ARGS}` to run without them)")
 
 
 def config_from_environment(argv: Sequence[str] = ()) -> tuple[OtcaConfig, list[str]]:
     """Flags from ``$OTCA_PATCH_ARGS`` followed by those in ``argv`` (which win); returns the rest of argv."""
-    env_tokens = shlex.split(os.environ.get(ENV_ARGS, ""))
+    env_tokens = shlex.split(os.environ.get(env_names.ARGS, ""))
     _, leftover = parse_otca_args(env_tokens)
     if leftover:
-        raise ValueError(f"${ENV_ARGS} holds arguments that are not otca-patch flags: {shlex.join(leftover)}")
+        raise ValueError(f"${env_names.ARGS} holds arguments that are not otca-patch flags: {shlex.join(leftover)}")
     config, rest = parse_otca_args(env_tokens + list(argv))
     return config, rest

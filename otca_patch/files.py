@@ -9,6 +9,8 @@ import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
+from . import env_names
+
 #: suffix of every temporary file an atomic write leaves behind when the process is killed mid-write
 TMP_SUFFIX = ".tmp"
 
@@ -81,14 +83,10 @@ def read_jsonl(path) -> tuple[list[tuple[int, dict]], list[str]]:
     return records, warnings
 
 
-#: the folder a command was started in, for printing paths (a smoke run works inside its output folder)
-STARTED_IN = "OTCA_STARTED_IN"
-
-
 def shown_path(path) -> str:
     """``path`` as printed to the user: relative to the folder the command was started in (``$OTCA_STARTED_IN``,
     else the current one) when it lies inside it, else absolute."""
     path = os.path.abspath(path)
-    start = os.environ.get(STARTED_IN) or os.getcwd()
+    start = os.environ.get(env_names.STARTED_IN) or os.getcwd()  # a smoke run works in its output folder
     relative = os.path.relpath(path, start)
     return path if relative == ".." or relative.startswith(".." + os.sep) else relative

@@ -32,15 +32,16 @@ STARTUP = REPO / "otca_patch" / "launch" / "startup"
 
 def launch_environment(checkout: Path | None, record: Path) -> dict:
     sys.path.insert(0, str(REPO))
+    from otca_patch import env_names
     from otca_patch.hooks.spec import load_specs
     from otca_patch.launch.wrapper import compile_startup_hook, shapes, targets, write_trainer_keys
 
     specs = load_specs()
     compile_startup_hook()  # as the wrapper does
     write_trainer_keys(specs, checkout, record) if checkout else Path(f"{record}.lines").write_text("")
-    env = dict(os.environ, OTCA_PATCH_ARGS="--otca", OTCA_PATCH_TARGETS=targets(specs, []),
-               OTCA_PATCH_SHAPES=shapes(specs, checkout) if checkout else "[]", OTCA_PATCH_RECORD=str(record),
-               OTCA_PATCH_COMMAND="otca-patch launch")
+    env = dict(os.environ, **{env_names.ARGS: "--otca", env_names.TARGETS: targets(specs, []),
+                              env_names.SHAPES: shapes(specs, checkout) if checkout else "[]",
+                              env_names.RECORD: str(record), env_names.COMMAND: "otca-patch launch"})
     env.pop("PYTHONPATH", None)
     return env
 
@@ -68,14 +69,16 @@ def main(argv=None) -> int:
         (folder / "other.py").write_text("import os\nprint(os.getpid())\n")
         hooked = launch_environment(args.checkout.resolve() if args.checkout else None, record)
         hooked["PYTHONPATH"] = str(STARTUP)
-        baseline = {k: v for k, v in hooked.items() if not k.startswith("OTCA_PATCH_") and k != "PYTHONPATH"}
+        from otca_patch import env_names  # on the path since launch_environment
+
+        baseline = {k: v for k, v in hooked.items() if k not in (*env_names.LAYER, "PYTHONPATH")}
         cases = {"python -c pass": [sys.executable, "-c", "pass"],
                  "python other.py (not a target)": [sys.executable, "other.py"]}
         if args.torch:
             cases["python -c 'import torch'"] = [sys.executable, "-c", "import torch"]
         print(f"{args.repeats} runs each, interleaved; median wall time (hook in an --otca launch's environment "
               f"vs the same command without it); trainers compared: "
-              f"{len([s for s in json.loads(hooked['OTCA_PATCH_SHAPES']) if s[2]])}")
+              f"{len([s for s in json.loads(hooked[env_names.SHAPES]) if s[2]])}")
         for name, command in cases.items():
             timed(command, hooked, folder), timed(command, baseline, folder)  # warm the caches
             repeats = args.repeats if "torch" not in name else max(5, args.repeats // 8)

@@ -1,8 +1,9 @@
 """``OtcaConfig``: one dataclass whose fields are the flags; clear errors; a round trip through argv."""
 import pytest
 
-from otca_patch.config import ENV_ARGS, OtcaConfig, config_from_environment, parse_otca_args
+from otca_patch.config import OtcaConfig, config_from_environment, parse_otca_args
 from otca_patch.credit import CreditConfig
+from otca_patch.env_names import ARGS as ENV_ARGS
 
 
 def test_flags_are_split_from_upstream_arguments_in_order():

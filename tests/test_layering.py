@@ -15,7 +15,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "otca_patch"
 #: lowest first; a module may import its own layer and those below. Names are the first component
 #: under otca_patch (a subpackage or a top-level module).
 LAYERS = (
-    ("__init__", "suggest", "files", "devices", "help_text"),  # leaf utilities (the package's __init__: its version)
+    ("__init__", "env_names", "suggest", "files", "devices", "help_text"),  # leaf utilities (the package's __init__: its version)
     ("sample_grid", "samples"),  # a grid of samples; the samples a run keeps beside its log
     ("flags",),  # the dataclass-to-flags generator
     ("credit",),  # the credit math: pure tensor functions

@@ -31,13 +31,17 @@ class HookStatus:
 
 
 def rewrite(source: str, spec: TargetSpec, filename: str) -> ast.Module:
-    """The upstream module's AST with every hook of ``spec`` applied, in spec order.
+    """The upstream module's AST with every hook of ``spec`` applied, in spec order (``rewrite_tree``)."""
+    return rewrite_tree(ast.parse(source, filename=filename), spec)
+
+
+def rewrite_tree(tree: ast.Module, spec: TargetSpec) -> ast.Module:
+    """``tree`` (the upstream module's, changed in place) with every hook of ``spec`` applied, in spec order.
 
     Every pin is checked on the upstream tree first; each hook's anchor is matched on the tree as
     rewritten by the hooks before it, and every name its code reads must be bound in its function.
     Raises ``PatchError`` naming the file, function and anchor on the first pin or hook that does not hold.
     """
-    tree = ast.parse(source, filename=filename)
     for pin in spec.pins:
         _, problem = _locate(tree, pin)
         if problem:
@@ -59,7 +63,12 @@ def compile_target(source: str, spec: TargetSpec, filename: str):
 
 def check(source: str, spec: TargetSpec, filename: str = "<upstream>") -> list[HookStatus]:
     """Every hook's status against ``source``, applying the holding ones as a real run would."""
-    tree = ast.parse(source, filename=filename)
+    return check_tree(ast.parse(source, filename=filename), spec)
+
+
+def check_tree(tree: ast.Module, spec: TargetSpec) -> list[HookStatus]:
+    """``check`` on a parsed ``tree``, changed in place: when every status holds, it is the tree
+    ``rewrite_tree`` returns."""
     statuses = []
     for pin in spec.pins:
         matches, problem = _locate(tree, pin)

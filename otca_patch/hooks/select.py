@@ -19,8 +19,8 @@ from pathlib import Path
 
 from ..files import shown_path
 from .errors import PatchError
-from .rewrite import check, rewrite
-from .source import file_sha256, read_source
+from .rewrite import check_tree, rewrite_tree
+from .source import UpstreamFile, upstream_file
 from .spec import TargetSpec, load_specs
 
 
@@ -44,10 +44,11 @@ def candidates(path: str | os.PathLike, specs: list[TargetSpec] | None = None) -
     return [spec for spec in (specs if specs is not None else load_specs()) if spec.matches_script(path)]
 
 
-def failures(path: str, spec: TargetSpec) -> list[str]:
-    """What of ``spec`` does not hold on the file at ``path`` ([] when everything holds)."""
+def failures(path: str | UpstreamFile, spec: TargetSpec) -> list[str]:
+    """What of ``spec`` does not hold on the file at ``path`` (or on that read of it) ([] when everything holds)."""
+    file = path if isinstance(path, UpstreamFile) else upstream_file(path)
     try:
-        statuses = check(read_source(path), spec, path)
+        statuses = check_tree(file.tree(), spec)
     except SyntaxError as exc:
         return [f"the file does not parse ({exc.msg}, line {exc.lineno})"]
     return [f"{'pin' if s.hook.is_pin else 'hook'} {s.hook.name}: {s.problem}" for s in statuses if not s.ok]
@@ -60,11 +61,12 @@ def choose_spec(path: str | os.PathLike, specs: list[TargetSpec]) -> SpecChoice:
         raise SpecChoiceError(f"{path}: no hook-point spec targets this file")
     if len(specs) == 1:
         return SpecChoice(specs[0], "the only spec for this path")
-    digest = file_sha256(path)
+    file = upstream_file(path)  # one read and one parse for every candidate
+    digest = file.sha256
     for spec in specs:
         if digest == spec.verified_sha256:
             return SpecChoice(spec, f"the file is the one the spec was verified on (sha256 {digest[:16]})")
-    problems = {spec.name: failures(path, spec) for spec in specs}
+    problems = {spec.name: failures(file, spec) for spec in specs}
     holding = [spec for spec in specs if not problems[spec.name]]
     others = ", ".join(s.name for s in specs if s not in holding)
     if len(holding) == 1:
@@ -80,14 +82,14 @@ def choose_spec(path: str | os.PathLike, specs: list[TargetSpec]) -> SpecChoice:
         lines.append(f"  {spec.name} ({spec.upstream}, {spec.path}; {len(problems[spec.name])} do not hold): "
                      + "; ".join(problems[spec.name][:3]))
         if spec is nearest[0]:
-            lines.append("  " + str(_first_error(path, spec)).replace("\n", "\n  "))
+            lines.append("  " + str(_first_error(file, spec)).replace("\n", "\n  "))
     raise SpecChoiceError("\n".join(lines))
 
 
-def _first_error(path: str, spec: TargetSpec) -> PatchError | SyntaxError:
+def _first_error(file: UpstreamFile, spec: TargetSpec) -> PatchError | SyntaxError:
     """The ``PatchError`` applying ``spec`` raises (file, function, anchor, verified commit)."""
     try:
-        rewrite(read_source(path), spec, path)
+        rewrite_tree(file.tree(), spec)
     except (PatchError, SyntaxError) as exc:
         return exc
     return PatchError(file=spec.file, function="-", anchor="-", problem="unexpectedly holds",

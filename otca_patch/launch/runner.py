@@ -5,14 +5,12 @@ import os
 import sys
 import types
 
-from .. import rank_check
 from ..config import OtcaConfig
 from ..files import shown_path
-from ..hooks.doctor import identity_line
-from ..hooks.rewrite import RUNTIME_NAME, check, compile_target
-from ..hooks.source import file_sha256, read_source
+from ..hooks.prepare import Prepared, rewritten
+from ..hooks.rewrite import RUNTIME_NAME
 from ..hooks.spec import TargetSpec
-from ..targets.registry import install
+from ..targets.registry import install_for_run
 
 
 def disarm_step_guard() -> None:
@@ -23,25 +21,17 @@ def disarm_step_guard() -> None:
             finder.disarm()
 
 
-def _install_runtime(spec: TargetSpec, config: OtcaConfig, namespace: dict, path: str, chosen: str = ""):
-    runtime = install(spec, config)
-    disarm_step_guard()
-    runtime.spec_chosen = chosen  # why this spec (several upstreams share a path): in the run log
-    namespace[RUNTIME_NAME] = runtime
-    # every rank or none: checked once the trainer's process group exists, before any rollout
-    rank_check.arm(rank_check.entry(config, spec, path), config.otca_rank_check_timeout, spec.file)
-    return runtime
+def say_identity(identity: str) -> None:
+    """A file that is not the verified one gets one line saying it was checked."""
+    if identity:
+        print(f"otca-patch: {identity}", file=sys.stderr, flush=True)
 
 
 def checked_code(path: str, spec: TargetSpec):
     """The rewritten file's code object; raises ``PatchError`` when a pin, hook point or name read
-    does not hold. A file that is not the verified one gets one line saying it was checked."""
-    source = read_source(path)
-    code = compile_target(source, spec, path)
-    digest = file_sha256(path)
-    if digest != spec.verified_sha256:
-        tails = {status.hook.name: status.tails for status in check(source, spec, path)}
-        print(f"otca-patch: {identity_line(spec, digest, tails=tails)}", file=sys.stderr, flush=True)
+    does not hold (``hooks.prepare.rewritten``)."""
+    code, identity = rewritten(path, spec)
+    say_identity(identity)
     return code
 
 
@@ -60,20 +50,19 @@ def load_patched_module(path: str, spec: TargetSpec, config: OtcaConfig, module_
     module = types.ModuleType(module_name)
     module.__file__ = path
     sys.modules[module_name] = module
-    _install_runtime(spec, config, module.__dict__, path, chosen)
+    module.__dict__[RUNTIME_NAME] = install_for_run(spec, config, path, chosen)
+    disarm_step_guard()
     exec(code, module.__dict__)
     return module
 
 
-def prepare_main(script: str, argv: list[str], spec: TargetSpec, config: OtcaConfig, chosen: str = "",
-                 module: str | None = None):
-    """Everything before ``script`` runs as ``__main__`` with ``spec`` applied: the checked code, a
-    fresh ``__main__`` with the runtime installed, ``sys.argv`` and ``sys.path[0]`` as ``python script
-    ARGS`` sets them, or, for ``module`` (the file ``python -m MODULE`` runs), as ``python -m MODULE ARGS``
-    does (working directory first, parent package imported, ``__package__`` and ``__spec__`` set).
-    Returns (code, namespace); raises (``PatchError``, ``ValueError``, ...) before any upstream code runs."""
+def main_namespace(script: str, argv: list[str], prepared: Prepared, runtime, module: str | None = None) -> dict:
+    """Everything before the rewritten ``script`` runs as ``__main__`` with ``runtime`` installed: a
+    fresh ``__main__``, ``sys.argv`` and ``sys.path[0]`` as ``python script ARGS`` sets them, or, for
+    ``module`` (the file ``python -m MODULE`` runs), as ``python -m MODULE ARGS`` does (working directory
+    first, parent package imported, ``__package__`` and ``__spec__`` set). Returns its namespace."""
+    spec = prepared.spec
     path = os.path.abspath(script)
-    code = checked_code(path, spec)
     main = types.ModuleType("__main__")
     main.__file__ = path
     main.__builtins__ = __builtins__
@@ -86,18 +75,15 @@ def prepare_main(script: str, argv: list[str], spec: TargetSpec, config: OtcaCon
         main.__spec__ = importlib.util.spec_from_file_location(module, path)
         if main.__package__:
             importlib.import_module(main.__package__)
-    runtime = _install_runtime(spec, config, main.__dict__, path, chosen)
+    main.__dict__[RUNTIME_NAME] = runtime
+    disarm_step_guard()
     sys.modules["__main__"] = main
     sys.argv = [path if module is not None else script, *argv]
     if module is None:
         sys.path[0] = os.path.dirname(path)  # as for `python script`: the script's folder first
+    chosen = prepared.reason
     print(f"otca-patch: running {spec.file} rewritten by {shown_path(spec.path)} (target {spec.name}, "
           f"upstream {spec.upstream}{': ' + chosen if chosen else ''}; "
           f"{len(spec.hooks)} hooks, {len(spec.pins)} pins; {runtime.describe()})", file=sys.stderr, flush=True)
-    return code, main.__dict__
+    return main.__dict__
 
-
-def run_as_main(script: str, argv: list[str], spec: TargetSpec, config: OtcaConfig) -> None:
-    """Run ``script`` with ``spec`` applied exactly as ``python script ARGS`` would run it."""
-    code, namespace = prepare_main(script, argv, spec, config)
-    exec(code, namespace)

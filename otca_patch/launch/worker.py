@@ -14,12 +14,10 @@ import runpy
 import socket
 import sys
 
-from ..config import COMMAND_VARIABLE  # noqa: F401  (the launch and its readers import it from here too)
+from .. import env_names
 from ..help_text import plain_text
 
 USAGE = "usage: otca-patch run SCRIPT [ARGS ...] [--otca ...]"
-#: set by ``otca-patch launch``: the file each started process of the launch appends a line to
-RECORD_VARIABLE = "OTCA_PATCH_RECORD"
 #: the record's line for a process that stopped: ``{"event": "error", ...}``, one JSON line (the
 #: launch relays the first one when it ends; other lines are ``KIND<TAB>SCRIPT...``)
 ERROR_EVENT = "error"
@@ -27,7 +25,7 @@ ERROR_EVENT = "error"
 
 def record_error(message: str, script: str = "") -> None:
     """Tell the launch why this process stopped (the launch's end names the first such error)."""
-    record = os.environ.get(RECORD_VARIABLE)
+    record = os.environ.get(env_names.RECORD)
     if not record:
         return
     line = json.dumps({"event": ERROR_EVENT, "pid": os.getpid(), "host": socket.gethostname(),
@@ -41,7 +39,7 @@ def record_error(message: str, script: str = "") -> None:
 
 def record_targeted(script: str, spec) -> None:
     """Tell the launch that a targeted process started (it checks that one did; see wrapper.py)."""
-    record = os.environ.get(RECORD_VARIABLE)
+    record = os.environ.get(env_names.RECORD)
     if record:
         with open(record, "a") as handle:  # one short append per process: atomic with O_APPEND
             handle.write(f"targeted\t{os.path.abspath(script)}\t{spec.name}\n")
@@ -54,10 +52,44 @@ def run_untouched(script: str, argv: list[str]) -> None:
     runpy.run_path(script, run_name="__main__")
 
 
+def prepare_process(script: str, rest: list[str], module: str | None, command: str):
+    """Everything before ``script`` runs: its arguments ``rest`` parsed once into the config (with
+    ``$OTCA_PATCH_ARGS``), which then goes down; the reward packages checked, the spec and the rewritten
+    code (one parse of the file), the runtime installed with the rank check armed, and a fresh
+    ``__main__``. Returns (code, namespace), or None once the script has run untouched (no ``--otca``);
+    raises before any upstream code runs."""
+    from ..config import config_from_environment, environment_flags_note
+    from ..hooks.prepare import prepare
+    from ..hooks.spec import load_specs
+    from ..rewards.packages import check_reward_packages
+    from ..targets.registry import install_for_run
+    from .runner import main_namespace, say_identity
+
+    note = environment_flags_note(command)
+    if note and os.environ.get("RANK", "0") == "0":
+        print(note, file=sys.stderr, flush=True)
+    if not os.path.isfile(script):
+        raise ValueError(f"script {script} does not exist (working directory {os.getcwd()})")
+    config, upstream_argv = config_from_environment(rest)
+    if not config.active:
+        run_untouched(script, upstream_argv)  # no --otca: the upstream file runs untouched
+        return None
+    check_reward_packages(config.otca_rewards, config.otca_reward_ckpt, config.otca_reward_opt)
+    prepared = prepare(script, config.otca_target, load_specs())
+    if prepared is None:
+        raise ValueError(f"{script} is not an upstream file that otca-patch has hook points for "
+                         f"(`otca-patch doctor` lists them; for a copy of one, add --otca_target NAME={script})")
+    say_identity(prepared.identity)
+    runtime = install_for_run(prepared.spec, config, os.path.abspath(script), prepared.reason)
+    namespace = main_namespace(script, upstream_argv, prepared, runtime, module)
+    record_targeted(script, prepared.spec)
+    return prepared.code, namespace
+
+
 def main(argv=None, command: str | None = None) -> int:
     """``command``: what messages start with (``otca-patch run``; in a launch's processes, the launch)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    command = command or os.environ.get(COMMAND_VARIABLE) or "otca-patch"
+    command = command or os.environ.get(env_names.COMMAND) or "otca-patch"
     if argv and argv[0] in ("-h", "--help"):
         print(plain_text(f"{USAGE}\n\n{__doc__.split(chr(10) * 2, 1)[1]}\nThe --otca flags are those of `otca-patch launch --help`."))
         return 0
@@ -68,37 +100,17 @@ def main(argv=None, command: str | None = None) -> int:
         print(USAGE, file=sys.stderr)
         return 2
     script, rest = argv[0], argv[1:]
+    from ..hooks.errors import PatchError
+
     try:
-        from ..config import config_from_environment
-        from ..hooks.errors import PatchError
-
-        from ..config import environment_flags_note
-
-        note = environment_flags_note(command)
-        if note and os.environ.get("RANK", "0") == "0":
-            print(note, file=sys.stderr, flush=True)
-        if not os.path.isfile(script):
-            raise ValueError(f"script {script} does not exist (working directory {os.getcwd()})")
-        config, upstream_argv = config_from_environment(rest)
-        if not config.active:
-            run_untouched(script, upstream_argv)  # no --otca: the upstream file runs untouched
-            return 0
-        from ..hooks.explicit_targets import spec_choice_for
-        from ..hooks.spec import load_specs
-        from ..rewards.packages import check_reward_packages
-        from .runner import prepare_main
-
-        check_reward_packages(config.otca_rewards, config.otca_reward_ckpt, config.otca_reward_opt)
-        choice = spec_choice_for(script, config.otca_target, load_specs())
-        if choice is None:
-            raise ValueError(f"{script} is not an upstream file that otca-patch has hook points for "
-                             f"(`otca-patch doctor` lists them; for a copy of one, add --otca_target NAME={script})")
-        code, namespace = prepare_main(script, upstream_argv, choice.spec, config, choice.reason, module=module)
-        record_targeted(script, choice.spec)
+        prepared = prepare_process(script, rest, module, command)
     except Exception as exc:  # before the script starts: every failure stops the process, clearly
         print(f"{command}: error: {exc}", file=sys.stderr)
         record_error(str(exc), script)
         return 2
+    if prepared is None:
+        return 0
+    code, namespace = prepared
     try:
         exec(code, namespace)
     except PatchError as exc:  # a run-time invariant does not hold (before the first optimizer step)

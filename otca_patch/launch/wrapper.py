@@ -38,27 +38,22 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ..config import ENV_ARGS, OtcaConfig, parse_otca_args
+from .. import env_names
+from ..config import OtcaConfig, parse_otca_args
 from ..files import shown_path
 from ..help_text import plain_text
 from ..hooks.errors import PatchError
 from ..hooks.explicit_targets import explicit_specs, not_overridden
-from ..hooks.rewrite import compile_target
+from ..hooks.prepare import rewritten
 from ..hooks.select import choose_spec
-from ..hooks.source import read_source
 from ..hooks.spec import TargetSpec, load_specs
 from ..runlog import LOG_NAME
 from . import reach, watch
 from .wandb_note import panels_note
-from .worker import COMMAND_VARIABLE, ERROR_EVENT, RECORD_VARIABLE
+from .worker import ERROR_EVENT
 
 PROG = "otca-patch launch"
 STARTUP_DIR = Path(__file__).resolve().parent / "startup"
-#: the targeted upstream files (a JSON list: any character a path may hold survives), for the startup
-#: hook's standard-library check (see startup/sitecustomize.py)
-ENV_TARGETS = "OTCA_PATCH_TARGETS"
-#: per spec, its trainer file here: how the startup hook recognises a copy and names the nearest spec
-ENV_SHAPES = "OTCA_PATCH_SHAPES"
 
 
 def preflight(launch_script: Path, workdir: Path, text: str | None, specs: list[TargetSpec]) -> dict[str, TargetSpec]:
@@ -72,7 +67,7 @@ def preflight(launch_script: Path, workdir: Path, text: str | None, specs: list[
         if path is None:
             continue
         choice = choose_spec(path, [spec for spec in specs if spec.file == file])
-        compile_target(read_source(str(path)), choice.spec, str(path))
+        rewritten(path, choice.spec)  # the file's one parse serves the choice and the rewrite
         checked[f"{file} [{choice.spec.name}]"] = choice.spec
     return checked
 
@@ -166,7 +161,7 @@ def setup_note(text: str) -> str:
 def check_explicit(specs: list[TargetSpec]) -> list[str]:
     """Hook points of every ``--otca_target`` file (``specs``: their specs, ``file`` absolute)."""
     for spec in specs:
-        compile_target(read_source(spec.file), spec, spec.file)
+        rewritten(spec.file, spec)
     return [f"{os.path.relpath(spec.file)} (as {spec.name})" for spec in specs]
 
 
@@ -189,11 +184,12 @@ def write_trainer_keys(specs: list[TargetSpec], workdir: Path, record: Path) -> 
 
 
 def compile_startup_hook() -> None:
-    """Bytecode for the start-up hook and the copy rule it loads, so that each process of the launch
+    """Bytecode for the start-up hook and the files it loads (the variables' names, the copy rule), so that each process of the launch
     (also under PYTHONDONTWRITEBYTECODE) does not compile them again."""
     import py_compile
 
-    for source in (STARTUP_DIR / "sitecustomize.py", STARTUP_DIR.parent.parent / "hooks" / "resemblance.py"):
+    package = STARTUP_DIR.parent.parent
+    for source in (STARTUP_DIR / "sitecustomize.py", package / "env_names.py", package / "hooks" / "resemblance.py"):
         try:
             py_compile.compile(str(source), doraise=True)
         except (OSError, py_compile.PyCompileError):
@@ -515,7 +511,7 @@ def main(argv=None) -> int:
     except (Refused, PatchError, ValueError, SyntaxError) as exc:
         return error(str(exc))
     record, keys, env = start(launch, checked, workdir)
-    tree = watch.TreeWatch(record, STARTUP_DIR, RECORD_VARIABLE) if watch.available() else None
+    tree = watch.TreeWatch(record, STARTUP_DIR, env_names.RECORD) if watch.available() else None
     try:
         code = run_and_wait(launch.command, env, tree)
         targeted, ran = read_record(record)
@@ -552,7 +548,7 @@ def read_launch(argv: list[str]) -> Launch:
             raise Refused(f"{script} starts its trainers through {remote}, which does not pass "
                           f"this environment to the processes it starts: they would train vanilla. Run each node's "
                           f"command as `{PROG} {shlex.join(config.to_argv())} -- torchrun ...`, or put "
-                          f"`export {ENV_ARGS}={shlex.quote(shlex.join(config.to_argv()))} PYTHONPATH={STARTUP_DIR}:$PYTHONPATH` "
+                          f"`export {env_names.ARGS}={shlex.quote(shlex.join(config.to_argv()))} PYTHONPATH={STARTUP_DIR}:$PYTHONPATH` "
                           f"into its remote command")
     unstartable = cannot_start(command[0], dict(os.environ))
     if unstartable:
@@ -579,7 +575,7 @@ def run_untouched(command: list[str]) -> None:
     """Without the layer: upstream's command in this process, with none of the layer's variables."""
     print(f"{PROG}: no --otca / --otca_observe: running the upstream script untouched", file=sys.stderr)
     env = dict(os.environ)
-    for variable in (ENV_ARGS, ENV_TARGETS, ENV_SHAPES, RECORD_VARIABLE, COMMAND_VARIABLE):
+    for variable in env_names.LAYER:
         env.pop(variable, None)
     sys.stdout.flush()
     os.execvpe(command[0], command, env)
@@ -614,9 +610,9 @@ def start(launch: Launch, checked: Checked, workdir: Path) -> tuple[Path, Path, 
     keys = write_trainer_keys(checked.specs, workdir, record)
     compile_startup_hook()
     env = dict(os.environ)
-    env.update({ENV_ARGS: shlex.join(layer_config(config, workdir).to_argv()),
-                ENV_TARGETS: targets(checked.specs, checked.explicit),
-                ENV_SHAPES: shapes(checked.specs, workdir), RECORD_VARIABLE: str(record), COMMAND_VARIABLE: PROG,
+    env.update({env_names.ARGS: shlex.join(layer_config(config, workdir).to_argv()),
+                env_names.TARGETS: targets(checked.specs, checked.explicit),
+                env_names.SHAPES: shapes(checked.specs, workdir), env_names.RECORD: str(record), env_names.COMMAND: PROG,
                 "PYTHONPATH": os.pathsep.join([str(STARTUP_DIR), *filter(None, [env.get("PYTHONPATH")])])})
     print(f"{PROG}: layer installed ({shlex.join(config.to_argv())}); hook points hold in: "
           f"{', '.join(checked.held) or 'no file yet: the script builds its trainer path at run time, so each process is checked as it starts'}"

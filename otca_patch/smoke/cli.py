@@ -25,8 +25,9 @@ import traceback
 from dataclasses import replace
 from pathlib import Path
 
-from ..config import ENV_ARGS, config_from_environment, environment_flags_note
-from ..files import STARTED_IN, shown_path
+from .. import env_names
+from ..config import config_from_environment, environment_flags_note
+from ..files import shown_path
 from ..flags import OneLineParser, add_flags, from_namespace
 from ..help_text import PlainDescriptionFormatter
 from ..hooks.checkout import check_upstream_dir
@@ -105,7 +106,7 @@ def build_parser(sizes_type) -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    os.environ.setdefault(STARTED_IN, os.getcwd())  # paths are printed from here, not from the run folder
+    os.environ.setdefault(env_names.STARTED_IN, os.getcwd())  # paths are printed from here, not from the run folder
     note = environment_flags_note("otca-patch smoke")
     if note and os.environ.get("RANK", "0") == "0":
         print(note, file=sys.stderr, flush=True)
@@ -133,7 +134,7 @@ def main(argv=None) -> int:
     try:
         getattr(module, "before_imports", lambda: None)()  # e.g. which transformers (the tiny rewards import it)
         if config.active:
-            given = shlex.split(os.environ.get(ENV_ARGS, "")) + argv
+            given = shlex.split(os.environ.get(env_names.ARGS, "")) + argv
             config = with_smoke_defaults(config, given, reward_root, smoke.objectives)
         sizes = from_namespace(module.Sizes, args)
         module.run(args.upstream_dir.resolve(), out_dir, config, sizes, reward_root, probe=args.probe)

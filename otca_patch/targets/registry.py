@@ -31,6 +31,18 @@ def install(spec: TargetSpec, config: OtcaConfig):
     return runtime_class(spec)(config, spec)
 
 
+def install_for_run(spec: TargetSpec, config: OtcaConfig, path: str, chosen: str = ""):
+    """``install`` for the process that runs the upstream file at ``path``: the runtime keeps why its
+    spec was chosen (``chosen``, for the run log), and every rank or none is checked once the
+    trainer's process group exists, before any rollout (``rank_check``)."""
+    from .. import rank_check  # torch.distributed: only in the process that trains
+
+    runtime = install(spec, config)
+    runtime.spec_chosen = chosen  # several upstreams share a path: the run log says which and why
+    rank_check.arm(rank_check.entry(config, spec, path), config.otca_rank_check_timeout, spec.file)
+    return runtime
+
+
 def runtime_for(name: str, config: OtcaConfig, patches_dir: Optional[Path] = None):
     """The runtime of target ``name`` (tests, benches and tools; a launch installs its spec's)."""
     return install(spec_named(name, patches_dir), config)

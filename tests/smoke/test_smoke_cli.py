@@ -70,7 +70,8 @@ def test_a_run_that_fails_ends_with_smoke_failed_after_the_error(one_target, mon
 
 
 def test_paths_are_shown_from_the_folder_the_command_started_in_even_after_the_run_moved(tmp_path, monkeypatch):
-    from otca_patch.files import STARTED_IN, shown_path
+    from otca_patch.env_names import STARTED_IN
+    from otca_patch.files import shown_path
 
     monkeypatch.setenv(STARTED_IN, str(tmp_path))
     (tmp_path / "out").mkdir()

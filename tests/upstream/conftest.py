@@ -112,10 +112,10 @@ def refused_mutation(checkout: Path, folder: Path, upstream_file: str, anchor: s
 def with_startup_hook(flags: str) -> dict:
     """The environment of a process that ``scripts/otca_run.sh`` started with ``flags``: the startup
     hook on PYTHONPATH (this checkout's package behind it) and the flags in ``$OTCA_PATCH_ARGS``."""
-    from otca_patch.config import ENV_ARGS
+    from otca_patch.env_names import ARGS
     from otca_patch.launch.wrapper import STARTUP_DIR
 
-    return {ENV_ARGS: flags, "PYTHONPATH": os.pathsep.join([str(STARTUP_DIR), str(REPO)])}
+    return {ARGS: flags, "PYTHONPATH": os.pathsep.join([str(STARTUP_DIR), str(REPO)])}
 
 
 def ppo_terms(run, args, trained_steps, advantages, step_weights=None, rows=None, clip_range=None,

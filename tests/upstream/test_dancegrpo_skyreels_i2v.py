@@ -6,7 +6,7 @@ import os
 import pytest
 import torch
 
-from otca_patch.config import ENV_ARGS
+from otca_patch.env_names import ARGS
 from otca_patch.credit import CreditConfig, credit_from_progress, similarity_to_final, step_progress
 from otca_patch.launch.wrapper import STARTUP_DIR
 from otca_patch.smoke.dancegrpo_hunyuan import StubVideoAlign
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.upstream
 
 SKYREELS = ["--target", "dancegrpo-skyreels-i2v"]
 STEPS = [*SKYREELS, "--steps", "2"]
-PRESENT = {ENV_ARGS: "--otca_mode tcd", "PYTHONPATH": os.pathsep.join([str(STARTUP_DIR), str(REPO)])}
+PRESENT = {ARGS: "--otca_mode tcd", "PYTHONPATH": os.pathsep.join([str(STARTUP_DIR), str(REPO)])}
 VIDEOALIGN = ["upstream.vq", "upstream.mq", "upstream.ta"]
 ARGS = upstream_args(Sizes())  # what train_one_step reads in every run here (no size flag is changed)
 FIXED = {"clip_range": 1e-4, "adv_clip_max": 5.0}  # fixed in upstream's train_one_step, not arguments

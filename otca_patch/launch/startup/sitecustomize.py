@@ -29,24 +29,41 @@ set by the wrapper) every process:
   worker disarms it once the layer is installed (``runner.py``), so only a process the layer did not
   patch is stopped, whatever its file is called.
 
-This folder holds this file only, so nothing else becomes importable as a top-level module. Any
-other sitecustomize on the path still runs.
+The variables' names are ``otca_patch/env_names.py``'s, loaded by its path. This folder holds this
+file only, so nothing else becomes importable as a top-level module. Any other sitecustomize on the
+path still runs.
 """
 import os
 import sys
 
-ARGS_VARIABLE = "OTCA_PATCH_ARGS"
-TARGETS_VARIABLE = "OTCA_PATCH_TARGETS"
-SHAPES_VARIABLE = "OTCA_PATCH_SHAPES"
-RECORD_VARIABLE = "OTCA_PATCH_RECORD"
-COMMAND_VARIABLE = "OTCA_PATCH_COMMAND"
 WORKER_MODULE = "otca_patch.launch.worker"
 HERE = os.path.dirname(os.path.abspath(__file__))
-RESEMBLANCE = os.path.join(os.path.dirname(os.path.dirname(HERE)), "hooks", "resemblance.py")
+PACKAGE = os.path.dirname(os.path.dirname(HERE))
+RESEMBLANCE = os.path.join(PACKAGE, "hooks", "resemblance.py")
+ENV_NAMES = os.path.join(PACKAGE, "env_names.py")
+
+
+def _load(name, path):
+    """The module at ``path``, loaded by its path: this Python may not be able to import otca_patch,
+    and importing the package here would import torch in every process."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+try:
+    NAMES = _load("_otca_patch_env_names", ENV_NAMES)  # the variables the launch sets (env_names.py)
+except BaseException as exc:  # the launch put this hook here: never run a process unpatched unseen
+    sys.stderr.write(f"otca-patch: error: the start-up hook cannot read {ENV_NAMES} ({type(exc).__name__}: {exc})\n")
+    sys.stderr.flush()
+    os._exit(2)
 
 
 def _fail(message):
-    sys.stderr.write(f"{os.environ.get(COMMAND_VARIABLE) or 'otca-patch'}: error: {message}\n")
+    sys.stderr.write(f"{os.environ.get(NAMES.COMMAND) or 'otca-patch'}: error: {message}\n")
     sys.stderr.flush()
     _record_error(message)
     os._exit(2)
@@ -54,7 +71,7 @@ def _fail(message):
 
 def _record_error(message):
     """The launch relays the first error (the same JSON line as ``launch.worker.record_error``)."""
-    record = os.environ.get(RECORD_VARIABLE)
+    record = os.environ.get(NAMES.RECORD)
     if record:
         import json
         import socket
@@ -74,7 +91,7 @@ def _asks_for_layer(args, script):
     try:
         return bool({"--otca", "--otca_observe"} & set(shlex.split(args)))
     except ValueError as exc:
-        _fail(f"${ARGS_VARIABLE} cannot be read ({exc}); refusing to run {script}")
+        _fail(f"${NAMES.ARGS} cannot be read ({exc}); refusing to run {script}")
 
 
 def _start_time():
@@ -117,7 +134,7 @@ def _check_in_forks(program, shown):
 
 
 def _record(lines):
-    record = os.environ.get(RECORD_VARIABLE)
+    record = os.environ.get(NAMES.RECORD)
     if record:
         try:
             with open(record, "a") as handle:  # one short append: atomic with O_APPEND
@@ -210,7 +227,7 @@ def _targeted_path(file, targets, shown):
         targets = json.loads(targets)
         parts = file.split(os.sep)
     except ValueError as exc:
-        _fail(f"${TARGETS_VARIABLE} is not the JSON list of paths `otca-patch launch` sets ({exc}); "
+        _fail(f"${NAMES.TARGETS} is not the JSON list of paths `otca-patch launch` sets ({exc}); "
               f"refusing to run {shown}")
     for target in targets if isinstance(targets, list) else []:
         want = target.split("/") if isinstance(target, str) else [None]
@@ -251,12 +268,7 @@ def _chain_next_sitecustomize():
 
 def _resemblance():
     """``hooks/resemblance.py``, loaded by path (this Python may not be able to import otca_patch)."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("_otca_patch_resemblance", RESEMBLANCE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return _load("_otca_patch_resemblance", RESEMBLANCE)
 
 
 def _shapes():
@@ -264,7 +276,7 @@ def _shapes():
     import json
 
     try:
-        shapes = json.loads(os.environ.get(SHAPES_VARIABLE) or "[]")
+        shapes = json.loads(os.environ.get(NAMES.SHAPES) or "[]")
     except ValueError:
         return []
     return [tuple(shape) for shape in shapes if isinstance(shape, list) and len(shape) == 3]
@@ -282,7 +294,7 @@ def _nearest_spec(file, copies_only=False):
     text = resemblance.read_text(file)
     if text is None:
         return None
-    keys = resemblance.read_text(f"{os.environ.get(RECORD_VARIABLE)}.lines") if os.environ.get(RECORD_VARIABLE) else None
+    keys = resemblance.read_text(f"{os.environ.get(NAMES.RECORD)}.lines") if os.environ.get(NAMES.RECORD) else None
     if keys is not None:
         trainers = [(index, set(line.split())) for index, line in enumerate(keys.split("\n"))]
     else:
@@ -353,10 +365,9 @@ def _stop_copy(shown, file, nearest):
 def _stepping_code(frame):
     """``(file, function, line)`` of the innermost frame outside installed packages, the standard
     library and otca-patch: the code that asked for the optimizer step (through any wrapper)."""
-    package = os.path.dirname(os.path.dirname(HERE))
     while frame is not None:
         file = frame.f_code.co_filename
-        if os.path.isabs(file) and not _installed(file) and not file.startswith(package + os.sep):
+        if os.path.isabs(file) and not _installed(file) and not file.startswith(PACKAGE + os.sep):
             return file, frame.f_code.co_name, frame.f_lineno
         frame = frame.f_back
     return None
@@ -444,7 +455,7 @@ class _StepGuard:
     def refuse(self, optimizer, args, kwargs):
         message = unpatched_step_message(self.shown, self.file, _stepping_code(sys._getframe(1)))
         _record_error(message)
-        sys.stderr.write(f"{os.environ.get(COMMAND_VARIABLE) or 'otca-patch'}: error: {message}\n")
+        sys.stderr.write(f"{os.environ.get(NAMES.COMMAND) or 'otca-patch'}: error: {message}\n")
         sys.stderr.flush()
         raise UnpatchedTraining(message)
 
@@ -465,14 +476,14 @@ class _Restore:
 
 
 def _main():
-    args = os.environ.get(ARGS_VARIABLE)
+    args = os.environ.get(NAMES.ARGS)
     if not args:
         return
-    targets = os.environ.get(TARGETS_VARIABLE)
+    targets = os.environ.get(NAMES.TARGETS)
     if targets is None:  # not the wrapper's environment: fail closed only if the flags ask for the layer
         script = sys.argv[0] if sys.argv else ""
         if script.endswith(".py") and _asks_for_layer(args, script):
-            _fail(f"${ARGS_VARIABLE} asks for the layer but ${TARGETS_VARIABLE} does not say which files it "
+            _fail(f"${NAMES.ARGS} asks for the layer but ${NAMES.TARGETS} does not say which files it "
                   f"targets; start the launch through `otca-patch launch` (refusing to run {script} unpatched)")
         return
     program = _program()
