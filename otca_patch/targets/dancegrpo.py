@@ -96,17 +96,17 @@ class GrpoRuntime(Runtime):
 
     def score_step_predictions(self, decode, captions, upstream_reward=None) -> None:
         """The chunk just decoded: its kept step predictions are decoded by ``decode`` (upstream's own
-        decoding of its final latents, under its bf16 autocast on CUDA) and scored with each objective;
+        decoding of its final latents, under its ``torch.autocast("cuda", bfloat16)``) and scored with each objective;
         ``upstream_reward(image, caption)``: upstream's own reward of one decoded image, where the spec
-        can call it (under its fp16 autocast on CUDA), else None (its row of the map stays undefined)."""
-        cuda = torch.cuda.is_available()
-
+        can call it (under its ``torch.amp.autocast("cuda")``), else None (its row of the map stays undefined)."""
+        # upstream's own contexts, as upstream writes them (a CPU stand-in that maps CUDA autocast to the
+        # CPU's maps these the same way; without CUDA both are off, for upstream's lines and these alike)
         def decoded(x):
-            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=cuda):
+            with torch.autocast("cuda", dtype=torch.bfloat16):
                 return self.probe_samples(decode(x))
 
         def scored(images, rows):
-            with torch.autocast("cuda", enabled=cuda):
+            with torch.amp.autocast("cuda"):
                 return torch.stack([torch.as_tensor(upstream_reward(image, captions[row])).float().reshape(-1)[0].cpu()
                                     for image, row in zip(images, rows)])
 

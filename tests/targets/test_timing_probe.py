@@ -169,3 +169,32 @@ def test_a_new_map_goes_to_wandb_as_a_heatmap_on_rank_0(tmp_path, monkeypatch):
     assert "rows upstream;" in image.caption and "steps 1..3" in image.caption
     runtime._to_wandb(1, {}, step=2)
     assert len(logged) == 2  # other ranks log nothing
+
+
+def test_the_probe_decodes_and_scores_under_upstreams_own_autocast(tmp_path, monkeypatch):
+    """DanceGRPO decodes its final latents under ``torch.autocast("cuda", bfloat16)`` with a bf16 VAE, and
+    scores HPSv2 under ``torch.amp.autocast("cuda")``; the probe does both under the same contexts. Where a
+    stand-in maps CUDA autocast to the CPU's (the launch rehearsal's), a bf16 VAE then takes the float32
+    predictions as upstream's decode takes its own latents (outside autocast it raises a dtype error)."""
+    from otca_patch.rehearsal.standins import _cpu_autocast
+
+    monkeypatch.setattr(torch, "autocast", torch.autocast)  # restored after the test
+    monkeypatch.setattr(torch.amp, "autocast", torch.amp.autocast)
+    _cpu_autocast(torch)
+    vae = torch.nn.Conv2d(3, 3, 1).to(torch.bfloat16)
+    runtime = runtime_for("dancegrpo-flux", OtcaConfig(**PROBE, otca_rewards=("upstream",), otca_probe_every=1,
+                                                       otca_probe_samples=2, otca_log_dir=str(tmp_path)))
+    runtime.reset()
+    seen_dtypes = []
+
+    def reward(image, caption):
+        seen_dtypes.append(torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else None)
+        return image.float().mean()
+
+    for _ in range(2):  # two chunks of one sample, three steps each
+        for index in range(3):
+            runtime.collect_step_prediction(torch.randn(1, 3, 4, 4), index)
+        runtime.score_step_predictions(lambda x: list(vae(x).float()), ["a prompt"], reward)
+    assert seen_dtypes == [torch.bfloat16] * 6  # every step's decoded prediction, scored under autocast
+    with pytest.raises(RuntimeError, match="should be the same"):  # what the probe met without the context
+        vae(torch.randn(1, 3, 4, 4))
