@@ -131,14 +131,10 @@ for name in sys.argv[1:] or targets:
     if name not in targets:
         raise SystemExit(name + ": not a smoke target (they are: " + ", ".join(targets) + ")")
     smoke = targets[name][1]
-    try:  # the fewest processes the upstream main runs on (FlowGRPO FLUX loops read the DDP transformer.module)
-        import importlib
-        trainer = getattr(importlib.import_module(smoke.module), "TRAINER", None)
-        least = getattr(trainer, "min_processes", 1)
-        # accelerate wraps the model in DDP only under its own launcher on the CPU: as upstream launches
-        launcher = "accelerate" if least > 1 and not getattr(trainer, "needs_torchrun", False) else "torchrun"
-    except Exception:  # its run reports the import error itself
-        least, launcher = 1, "torchrun"
+    # the fewest processes the upstream main runs on (FlowGRPO FLUX loops read the DDP transformer.module)
+    least = smoke.processes
+    # accelerate wraps the model in DDP only under its own launcher on the CPU: as upstream launches
+    launcher = "accelerate" if least > 1 and smoke.launcher == "accelerate" else "torchrun"
     print(name, targets[name][0].upstream, least, launcher)' "$@" > "$work/targets.txt" 2> "$work/targets.err"; then
   say "$(tail -1 "$work/targets.err")"; return 1
 fi

@@ -61,11 +61,29 @@ class Hook:
 class Smoke:
     """A target's CPU smoke run: ``module`` (``""``: none) defines ``Sizes`` and ``run``;
     ``objectives``: those of a smoke run given ``--otca`` alone; ``variants``: ``(name, module)``
-    pairs, further smoke runs of the same trainer on another model layout (Wan2.2's two experts)."""
+    pairs, further smoke runs of the same trainer on another model layout (Wan2.2's two experts).
+
+    Or ``harness``: the family's smoke (``otca_patch.smoke.<harness>``) runs the spec's ``file``
+    from what the target adds here: ``model`` (a tiny pipeline the harness builds), ``sizes`` (size
+    flags and their defaults), ``overrides`` (config keys; a value ``"{size}"`` is that size),
+    ``processes`` (the fewest upstream's main runs on), ``launcher`` and ``starts_wandb``."""
 
     module: str = ""
     objectives: tuple = ("upstream",)
     variants: tuple = ()
+    harness: str = ""
+    file: str = ""  # the spec's file, for the harness
+    model: str = ""
+    sizes: dict = field(default_factory=dict)
+    overrides: dict = field(default_factory=dict)
+    processes: int = 1
+    launcher: str = "accelerate"
+    starts_wandb: bool = True
+
+    @property
+    def runs(self) -> bool:
+        """Whether this target has a smoke run of its own (a module or its family's harness)."""
+        return bool(self.module or self.harness)
 
 
 @dataclass(frozen=True)
@@ -112,7 +130,9 @@ REQUIRED = ("name", "upstream", "file", "runtime", "verified_commit", "verified_
 #: what only a target names (a skeleton that sets one would give it to every spec extending it)
 PER_FILE = ("name", "file", "verified_commit", "verified_sha256")
 _TARGET_KEYS = set(REQUIRED) | {"description", "outputs", "flags", "smoke"}
-_SMOKE_KEYS = {"module", "objectives", "variants"}
+_SMOKE_KEYS = {"module", "objectives", "variants", "harness", "model", "sizes", "overrides", "processes", "launcher",
+               "starts_wandb"}
+LAUNCHERS = ("accelerate", "torchrun")
 _TOP_KEYS = {"extends", "drop", "target", "hooks", "pins", "notes"}
 _RUNTIME = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
@@ -139,7 +159,7 @@ def load_spec(path: str | os.PathLike) -> TargetSpec:
     return TargetSpec(hooks=hooks, pins=pins, path=str(path), notes=data.get("notes", {}),
                       **{k: target[k] for k in REQUIRED}, description=target.get("description", ""),
                       outputs=_strings(path, "outputs", target.get("outputs", [])),
-                      flags=_flags(path, target.get("flags", [])), smoke=_smoke(path, target.get("smoke", {})),
+                      flags=_flags(path, target.get("flags", [])), smoke=_smoke(path, target.get("smoke", {}), target["file"]),
                       extends=tuple(str(p) for p in chain))
 
 
@@ -276,7 +296,7 @@ def _flags(path: Path, value) -> tuple:
     return names
 
 
-def _smoke(path: Path, table) -> Smoke:
+def _smoke(path: Path, table, file: str) -> Smoke:
     if not isinstance(table, dict) or set(table) - _SMOKE_KEYS:
         raise ValueError(f"hook spec {path}: [target.smoke] takes {', '.join(sorted(_SMOKE_KEYS))}, got {table!r}")
     variants = table.get("variants", [])
@@ -285,11 +305,37 @@ def _smoke(path: Path, table) -> Smoke:
                                                  for v in variants):
         raise ValueError(f"hook spec {path}: [target.smoke] variants must be a list of {{name, module}} tables, "
                          f"got {variants!r}")
-    module = table.get("module", "")
-    if not isinstance(module, str):
-        raise ValueError(f"hook spec {path}: [target.smoke] module must be a module name, got {module!r}")
-    return Smoke(module=module, objectives=_strings(path, "smoke.objectives", table.get("objectives", ["upstream"])),
-                 variants=tuple((v["name"], v["module"]) for v in variants))
+    for key in ("module", "harness", "model"):
+        if not isinstance(table.get(key, ""), str):
+            raise ValueError(f"hook spec {path}: [target.smoke] {key} must be a name, got {table[key]!r}")
+    if table.get("module") and table.get("harness"):
+        raise ValueError(f"hook spec {path}: [target.smoke] gives module and harness; a smoke run has one of them")
+    return Smoke(module=table.get("module", ""), harness=table.get("harness", ""), model=table.get("model", ""),
+                 objectives=_strings(path, "smoke.objectives", table.get("objectives", ["upstream"])),
+                 variants=tuple((v["name"], v["module"]) for v in variants), file=file,
+                 **_smoke_facts(path, table))
+
+
+def _smoke_facts(path: Path, table: dict) -> dict:
+    """What a target adds for its family's harness, each checked for its type."""
+    where = f"hook spec {path}: [target.smoke]"
+    sizes, overrides = table.get("sizes", {}), table.get("overrides", {})
+    if not isinstance(sizes, dict) or not all(isinstance(v, (int, float, str)) and not isinstance(v, bool)
+                                              and k.isidentifier() for k, v in sizes.items()):
+        raise ValueError(f"{where} sizes must map flag names to numbers or strings (0/1 for a switch: the "
+                         f"smoke's flags take a value), got {sizes!r}")
+    if not isinstance(overrides, dict):
+        raise ValueError(f"{where} overrides must be a table of config keys, got {overrides!r}")
+    processes, launcher = table.get("processes", 1), table.get("launcher", "accelerate")
+    if not isinstance(processes, int) or isinstance(processes, bool) or processes < 1:
+        raise ValueError(f"{where} processes must be a positive integer, got {processes!r}")
+    if launcher not in LAUNCHERS:
+        raise ValueError(f"{where} launcher must be one of {', '.join(LAUNCHERS)}, got {launcher!r}")
+    starts_wandb = table.get("starts_wandb", True)
+    if not isinstance(starts_wandb, bool):
+        raise ValueError(f"{where} starts_wandb must be true or false, got {starts_wandb!r}")
+    return {"sizes": sizes, "overrides": overrides, "processes": processes, "launcher": launcher,
+            "starts_wandb": starts_wandb}
 
 
 _HOOK_KEYS = {"name", "function", "anchor", "action", "code", "count", "within", "why", "reads"}

@@ -58,44 +58,39 @@ class Target:
 
 
 def _sd3() -> Target:
-    from ..smoke import flowgrpo_sd3
-    from ..smoke.flowgrpo import config_overrides
-    from ..smoke.tiny_sd3 import build_tiny_sd3
+    from ..smoke.flowgrpo import trainer_named
 
+    sd3 = trainer_named("flowgrpo-sd3")
     # the SD3 spec holds on 9745241 too, the one FlowGRPO snapshot the GPU check's payload carries
-    return Target(commits=(PINNED, NEWER), script=flowgrpo_sd3.UPSTREAM_FILE,
-                  launch_script="scripts/single_node/grpo.sh", model="stabilityai/stable-diffusion-3.5-medium", model_folder="tiny_sd3", build_model=build_tiny_sd3,
-                  sizes=flowgrpo_sd3.Sizes, overrides=config_overrides, launcher="accelerate", workers=8)
+    return Target(commits=(PINNED, NEWER), script=sd3.upstream_file,
+                  launch_script="scripts/single_node/grpo.sh", model="stabilityai/stable-diffusion-3.5-medium",
+                  model_folder="tiny_sd3", build_model=sd3.model.build, sizes=sd3.sizes, overrides=sd3.config_keys,
+                  launcher="accelerate", workers=8)
 
 
 def _flux() -> Target:
-    from ..smoke import flowgrpo_flux
-    from ..smoke.flowgrpo import common_overrides
-    from ..smoke.tiny_flux import build_tiny_flux
+    from ..smoke.flowgrpo import trainer_named
 
-    return Target(commits=(NEWER,), script=flowgrpo_flux.TRAINER.upstream_file,
+    flux = trainer_named("flowgrpo-flux")
+    return Target(commits=(NEWER,), script=flux.upstream_file,
                   launch_script="scripts/single_node/grpo_flux.sh", model="black-forest-labs/FLUX.1-dev",
-                  model_folder="tiny_flux", build_model=build_tiny_flux, sizes=flowgrpo_flux.Sizes,
-                  overrides=common_overrides, launcher="accelerate", workers=8,
+                  model_folder="tiny_flux", build_model=flux.model.build, sizes=flux.sizes,
+                  overrides=flux.config_keys, launcher="accelerate", workers=8,
                   extra=["accelerate config: scripts/accelerate_configs/multi_gpu.yaml (DDP) for upstream's "
                          "deepspeed_zero2.yaml: DeepSpeed needs CUDA and is not installed here"],
                   launch_options={"--config_file": "scripts/accelerate_configs/multi_gpu.yaml"}, min_ranks=2)
 
 
 def _qwenimage() -> Target:
-    from ..smoke import flowgrpo_qwenimage
-    from ..smoke.flowgrpo import common_overrides
-    from ..smoke.tiny_qwenimage import build_tiny_qwenimage
+    from ..smoke.flowgrpo import trainer_named
 
-    def overrides(sizes, dataset, model):
-        return {**common_overrides(sizes, dataset, model), **flowgrpo_qwenimage.overrides(sizes)}
-
+    qwen = trainer_named("flowgrpo-qwenimage")
     # evaluation runs at epochs > 0 only, and the config's epoch stop asks before it: the run iterates
     # the training loader (1 worker), not the 8-worker test loader
-    return Target(commits=(NEWER,), script=flowgrpo_qwenimage.TRAINER.upstream_file,
+    return Target(commits=(NEWER,), script=qwen.upstream_file,
                   launch_script="scripts/single_node/grpo_qwenimage.sh", model="Qwen/Qwen-Image",
-                  model_folder="tiny_qwenimage", build_model=build_tiny_qwenimage, sizes=flowgrpo_qwenimage.Sizes,
-                  overrides=overrides, launcher="torchrun", workers=1,
+                  model_folder="tiny_qwenimage", build_model=qwen.model.build, sizes=qwen.sizes,
+                  overrides=qwen.config_keys, launcher="torchrun", workers=1,
                   extra=["activation checkpointing and FSDP optimizer offload off (config keys; the smoke's sizes)"],
                   decodes_float_ids=True)
 

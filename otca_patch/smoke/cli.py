@@ -42,7 +42,7 @@ def smoke_targets() -> dict:
     a smoke's ``variants`` (another model layout on the same trainer) join under their own names."""
     targets = {}
     for spec in load_specs():
-        if spec.smoke.module:
+        if spec.smoke.runs:
             targets[spec.name] = (spec, spec.smoke)
         for name, module in spec.smoke.variants:
             targets[name] = (spec, Smoke(module=module, objectives=spec.smoke.objectives))
@@ -51,7 +51,10 @@ def smoke_targets() -> dict:
 
 def smoke_module(name: str, smoke: Smoke):
     """The smoke module of target ``name``: ``Sizes`` (a dataclass of size flags) and
-    ``run(upstream_dir, out_dir, config, sizes, reward_root, probe) -> dict``."""
+    ``run(upstream_dir, out_dir, config, sizes, reward_root, probe) -> dict``; with a ``harness``,
+    the family's smoke of the spec's file, built from its ``[target.smoke]`` table."""
+    if smoke.harness:
+        return importlib.import_module(f"otca_patch.smoke.{smoke.harness}").target_smoke(name, smoke)
     module = importlib.import_module(smoke.module)
     missing = [attr for attr in ("Sizes", "run") if not hasattr(module, attr)]
     if missing:

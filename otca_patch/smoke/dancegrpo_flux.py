@@ -1,4 +1,6 @@
-"""Run DanceGRPO's real FLUX ``train_one_step`` on the CPU with tiny models it builds.
+"""Run DanceGRPO's real FLUX ``train_one_step`` on the CPU with tiny models it builds: the smoke
+harness of the FLUX family (``[target.smoke] harness = "dancegrpo_flux"``), which runs the spec's
+``file``, so a trainer that follows the family (a fork's copy of the FLUX trainer) needs no module.
 
 Vanilla (no layer flag) imports the upstream file untouched; with ``--otca`` / ``--otca_observe``
 the file is rewritten by its hook-point spec exactly as a real launch would. Everything that
@@ -9,7 +11,9 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 
@@ -19,7 +23,6 @@ from .harness import (call_by_signature, device_loader, enter_run_folder, finish
                       on_device, optimizer_and_schedule, report_step)
 from .sizes import IMAGE_PROMPTS, RolloutSizes
 
-UPSTREAM_FILE = "fastvideo/train_grpo_flux.py"
 PROMPTS = IMAGE_PROMPTS
 
 
@@ -90,15 +93,21 @@ def prompt_loader(rank: int, seed: int):
         position += 1
 
 
+def target_smoke(name: str, smoke) -> SimpleNamespace:
+    """What the smoke command runs for target ``name`` (``smoke``: its spec's ``hooks.spec.Smoke``):
+    the family's sizes and run, on the spec's file."""
+    return SimpleNamespace(Sizes=Sizes, run=partial(run, upstream_file=smoke.file))
+
+
 def run(upstream_dir: Path, out_dir: Path, config: OtcaConfig, sizes: Sizes, reward_root: Path,
-        probe=None) -> dict:
+        probe=None, *, upstream_file: str) -> dict:
     rank, world_size = enter_run_folder(out_dir, "images")  # upstream writes ./images/*.png, ./reward.txt
 
     from ..rewards import tiny
 
     reward_root.mkdir(parents=True, exist_ok=True)
     hps_checkpoint = tiny.build_hpsv2(reward_root)
-    module = load_upstream(upstream_dir.resolve(), UPSTREAM_FILE, config, "dancegrpo_train_grpo_flux")
+    module = load_upstream(upstream_dir.resolve(), upstream_file, config, f"dancegrpo_{Path(upstream_file).stem}")
     recorder = probe(module, log_prob_index=2) if probe else None  # all_log_probs: result[2]
 
     torch.manual_seed(sizes.seed)  # the same weights for every rank and every mode

@@ -12,8 +12,10 @@ tiny pipeline folder, the dataset files, the config's epoch stop, and a probe th
 loss, each clipped gradient norm and a digest of the trained weights (``TrainingProbe`` for the
 accelerate trainers, ``FsdpProbe`` for those without accelerate).
 
-A trainer's smoke module defines its ``Sizes`` and ``TRAINER = FlowTrainer(...)`` (its upstream
-file, how to build its tiny pipeline, its config keys over the common ones) and ``run = TRAINER.run``.
+A trainer's spec says what it adds, in its ``[target.smoke]`` table (``harness = "flowgrpo"``): the
+tiny ``model`` it loads (``MODELS``), its ``sizes`` and config ``overrides``, the fewest ``processes``
+and the ``launcher`` its ``main`` runs under, ``starts_wandb``; ``target_smoke`` builds its
+``FlowTrainer`` from that table and the spec's ``file``.
 """
 from __future__ import annotations
 
@@ -22,17 +24,24 @@ import importlib.util
 import json
 import os
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields, make_dataclass, replace
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Callable
 
 import torch
 
 from ..config import OtcaConfig
 from ..files import atomic_write_text
+from ..hooks.spec import Smoke, load_specs
+from . import flowgrpo_qwenimage, flowgrpo_wan, qwen_transformers
 from .environment import accelerate_as_on_gpus, decode_float_ids_as_transformers_4, smoke_device
 from .harness import load_upstream
 from .sizes import IMAGE_PROMPTS, SmokeSizes
+from .tiny_flux import build_tiny_flux, build_tiny_kontext
+from .tiny_qwenimage import build_tiny_qwenimage, build_tiny_qwenimage_edit
+from .tiny_sd3 import build_tiny_sd3
+from .tiny_wan import build_tiny_wan
 
 PROMPTS = IMAGE_PROMPTS
 #: what FlowGRPO's trainers import beyond otca-patch's own dependencies (the `flowgrpo` extra)
@@ -90,15 +99,31 @@ def common_overrides(sizes: FlowSizes, dataset: Path, model: Path) -> dict:
             "sample.eval_guidance_scale": 3.5, "train.ema": False}
 
 
-#: FLUX-family loops read ``transformer.module`` (DDP's wrapper, which accelerate adds on 2+ processes only)
-ACCELERATE_DDP = {"min_processes": 2, "launch": "on 2 or more processes, as upstream launches it: accelerate launch "
-                  "--num_processes 2 --multi_gpu -m otca_patch.smoke ... (its loop reads DDP's transformer.module)"}
-
-
 def write_prompt_lists(folder: Path) -> None:
     """``train.txt`` / ``test.txt``: the prompt lists of upstream's ``general_ocr`` dataset."""
     atomic_write_text(folder / "train.txt", "\n".join(PROMPTS) + "\n")
     atomic_write_text(folder / "test.txt", "\n".join(PROMPTS[:2]) + "\n")
+
+
+def write_edit_dataset(folder: Path, resolution: int = 32) -> None:
+    """Upstream's image-editing layout (``{split}_metadata.jsonl``, a prompt and an input image per
+    line): an input image per prompt (flat colours, deterministic), one distinct edit prompt each, so
+    upstream's groups (prompt and image path) are the prompts' groups."""
+    import numpy as np
+    from PIL import Image
+
+    (folder / "images").mkdir(parents=True, exist_ok=True)
+    lines = []
+    for index, prompt in enumerate(PROMPTS):
+        colour = np.array([(60 * index) % 256, (120 + 50 * index) % 256, (200 - 40 * index) % 256], dtype=np.uint8)
+        path = folder / "images" / f"input_{index}.png"
+        if not path.is_file():  # written whole, then moved: the other process may read it at once
+            partial = path.with_name(f"{path.stem}.{os.getpid()}.partial.png")
+            Image.fromarray(np.broadcast_to(colour, (resolution, resolution, 3)).copy()).save(partial)
+            os.replace(partial, path)
+        lines.append(json.dumps({"prompt": prompt, "image": f"images/input_{index}.png"}))
+    atomic_write_text(folder / "train_metadata.jsonl", "\n".join(lines) + "\n")
+    atomic_write_text(folder / "test_metadata.jsonl", "\n".join(lines[:2]) + "\n")
 
 
 def tiny_model(folder: Path, build_model) -> Path:
@@ -202,48 +227,108 @@ class FsdpProbe:
 
 
 @dataclass(frozen=True)
-class FlowTrainer:
-    """One FlowGRPO trainer's smoke: ``upstream_file`` (in the checkout), ``module_name`` (imported as
-    ``flowgrpo_<module_name>``), ``build_model(folder)`` (its tiny pipeline), ``model_env`` (a variable
-    naming a pipeline folder shared by several runs, for tests; default ``tiny_<model_folder>`` beside
-    the reward folder), ``overrides(sizes)`` (its config keys over ``base_overrides``), ``probe`` (a
-    probe class), ``write_dataset(folder)`` (its dataset files; default: upstream's ``general_ocr``
-    prompt lists), ``prepare(module)`` (CPU stand-ins the loaded module needs), ``starts_wandb``
-    (False where the trainer calls ``wandb.log`` without ``wandb.init``: GRPO-Guard, whose init is
-    commented out; the smoke starts a disabled run), and the launch upstream's ``main`` needs."""
+class TinyModel:
+    """A tiny pipeline the family's trainers load, and what a trainer loading it needs on the CPU:
+    ``build(folder)``, ``env`` (a variable naming a pipeline folder shared by several runs, for
+    tests), ``sizes`` and ``base_overrides`` (its trainers' size flags and config keys),
+    ``write_dataset(folder)``, ``probe`` (a probe class), ``prepare(module)`` (CPU stand-ins the
+    loaded module needs), ``before_imports()``, ``extra_packages`` and ``untrained_epochs`` (epochs
+    upstream's main only draws prompts in: the config's epoch stop comes that much later)."""
 
-    upstream_file: str
-    module_name: str
-    build_model: Callable[[Path], Path]
-    model_env: str
-    overrides: Callable[[FlowSizes], dict] = lambda sizes: {}
-    probe: type = TrainingProbe
-    extra_packages: tuple = field(default=())
+    build: Callable[[Path], Path]
+    env: str
+    sizes: type = FlowSizes
+    base_overrides: Callable = common_overrides
     write_dataset: Callable[[Path], None] = write_prompt_lists
+    probe: type = TrainingProbe
     prepare: Callable = lambda module: None
-    base_overrides: Callable = common_overrides  # SD3's trainers: config_overrides
-    model_folder: str = ""  # default: the module name
-    starts_wandb: bool = True
-    min_processes: int = 1  # fewer processes cannot run upstream's main
-    needs_torchrun: bool = False  # upstream's main starts its own process group from torchrun's variables
-    launch: str = ""  # how to launch it, for the error
+    before_imports: Callable = lambda: None
+    extra_packages: tuple = ()
+    untrained_epochs: int = 0
+
+
+#: Qwen-Image's trainers: torch FSDP without accelerate, Qwen2.5-VL (a newer transformers, when one is installed)
+_QWEN_FSDP = {"probe": FsdpProbe, "prepare": flowgrpo_qwenimage.cpu_fsdp, "before_imports": qwen_transformers.use}
+#: the tiny pipelines, by the name a spec's ``[target.smoke] model`` gives
+MODELS = {
+    "sd3": TinyModel(build_tiny_sd3, "OTCA_TINY_SD3_DIR", sizes=Sizes, base_overrides=config_overrides),
+    "flux": TinyModel(build_tiny_flux, "OTCA_TINY_FLUX_DIR"),
+    "flux_kontext": TinyModel(build_tiny_kontext, "OTCA_TINY_FLUX_KONTEXT_DIR", write_dataset=write_edit_dataset),
+    "qwenimage": TinyModel(build_tiny_qwenimage, "OTCA_TINY_QWENIMAGE_DIR", **_QWEN_FSDP),
+    "qwenimage_edit": TinyModel(build_tiny_qwenimage_edit, "OTCA_TINY_QWENIMAGE_EDIT_DIR",
+                                write_dataset=write_edit_dataset, **_QWEN_FSDP),
+    "wan": TinyModel(build_tiny_wan, "OTCA_TINY_WAN_DIR", write_dataset=flowgrpo_wan.write_ocr_prompts,
+                     prepare=flowgrpo_wan.stand_in_paddleocr, extra_packages=("imageio", "Levenshtein"),
+                     untrained_epochs=flowgrpo_wan.UNTRAINED_EPOCHS),
+}
+LAUNCHES = {"accelerate": "as upstream launches it: accelerate launch --num_processes {n} --multi_gpu "
+                          "-m otca_patch.smoke ... (its main does not run on fewer)",
+            "torchrun": "under torchrun, as upstream launches it: torchrun --nproc_per_node 2 -m otca_patch.smoke ... "
+                        "(it starts its own process group)"}
+
+
+def filled(value, sizes):
+    """A spec's override ``value`` with each ``"{size}"`` string replaced by that size's value."""
+    if isinstance(value, str) and value.startswith("{") and value.endswith("}"):
+        return getattr(sizes, value[1:-1])
+    if isinstance(value, (list, tuple)):
+        return [filled(item, sizes) for item in value]
+    if isinstance(value, dict):
+        return {key: filled(item, sizes) for key, item in value.items()}
+    return value
+
+
+def sizes_named(value) -> set:
+    """The sizes an override ``value`` names (``"{size}"`` strings, at any depth)."""
+    if isinstance(value, str) and value.startswith("{") and value.endswith("}"):
+        return {value[1:-1]}
+    items = value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple)) else ()
+    return set().union(*(sizes_named(item) for item in items))
+
+
+@dataclass(frozen=True)
+class FlowTrainer:
+    """One FlowGRPO trainer's smoke: ``smoke`` (its spec's ``[target.smoke]``: the upstream ``file``,
+    the tiny ``model``, its config ``overrides`` over the model's base ones with ``"{size}"`` values
+    filled in, the ``processes`` and ``launcher`` upstream's ``main`` needs, ``starts_wandb``: False
+    where the trainer calls ``wandb.log`` without ``wandb.init``, as GRPO-Guard, whose init is
+    commented out, and the smoke starts a disabled run) and ``sizes`` (its size flags)."""
+
+    smoke: Smoke
+    sizes: type
+
+    @property
+    def upstream_file(self) -> str:
+        return self.smoke.file
+
+    @property
+    def model(self) -> TinyModel:
+        return MODELS[self.smoke.model]
 
     def check_launch(self) -> None:
         """A launch upstream's ``main`` cannot run in is refused before anything loads, saying how to launch."""
-        if int(os.environ.get("WORLD_SIZE", "1")) < self.min_processes or (self.needs_torchrun and "RANK" not in os.environ):
-            raise SystemExit(f"smoke: {self.upstream_file} must be launched {self.launch}")
+        processes, launcher = self.smoke.processes, self.smoke.launcher
+        if int(os.environ.get("WORLD_SIZE", "1")) < processes or (launcher == "torchrun" and "RANK" not in os.environ):
+            on = f"on {processes} or more processes, " if launcher == "accelerate" else ""
+            raise SystemExit(f"smoke: {self.upstream_file} must be launched {on}"
+                             f"{LAUNCHES[launcher].format(n=max(processes, 2))}")
+
+    def config_keys(self, sizes: FlowSizes, dataset: Path, model: Path) -> dict:
+        """Dotted config keys -> values over upstream's config: the model's base keys, then the trainer's."""
+        return {**self.model.base_overrides(sizes, dataset, model), **filled(self.smoke.overrides, sizes)}
 
     def write_config(self, out_dir: Path, upstream_dir: Path, sizes: FlowSizes, model: Path) -> str:
-        return write_config(out_dir, upstream_dir, sizes, model, self.overrides(sizes), self.write_dataset,
-                            self.base_overrides)
+        stop = replace(sizes, steps=sizes.steps + self.model.untrained_epochs)
+        return write_config(out_dir, upstream_dir, stop, model, filled(self.smoke.overrides, sizes),
+                            self.model.write_dataset, self.model.base_overrides)
 
     def tiny_pipeline(self, reward_root: Path) -> Path:
-        default = reward_root.parent / f"tiny_{self.model_folder or self.module_name}"
-        return tiny_model(Path(os.environ.get(self.model_env) or default).resolve(), self.build_model)
+        default = reward_root.parent / f"tiny_{self.smoke.model}"
+        return tiny_model(Path(os.environ.get(self.model.env) or default).resolve(), self.model.build)
 
     def run(self, upstream_dir: Path, out_dir: Path, config: OtcaConfig, sizes: FlowSizes, reward_root: Path,
             probe=None) -> dict:
-        missing = [name for name in UPSTREAM_EXTRA + self.extra_packages if importlib.util.find_spec(name) is None]
+        missing = [name for name in UPSTREAM_EXTRA + self.model.extra_packages if importlib.util.find_spec(name) is None]
         if missing:
             raise SystemExit(f"smoke: FlowGRPO's trainer imports {', '.join(missing)}, which this environment "
                              f"lacks: pip install 'otca-patch[flowgrpo]'")
@@ -256,14 +341,14 @@ class FlowTrainer:
         model = self.tiny_pipeline(reward_root)
         config_flag = self.write_config(out_dir, upstream_dir, sizes, model)
         os.chdir(out_dir)  # upstream's logs/ and checkpoints go here
-        module = load_upstream(upstream_dir, self.upstream_file, config, f"flowgrpo_{self.module_name}")
-        self.prepare(module)
-        recording = self.probe(module)
+        module = load_upstream(upstream_dir, self.upstream_file, config, f"flowgrpo_{Path(self.upstream_file).stem}")
+        self.model.prepare(module)
+        recording = self.model.probe(module)
         test_probe = probe(module) if probe is not None else None  # --probe: a test's recorder
 
         from absl import app
 
-        if not self.starts_wandb:
+        if not self.smoke.starts_wandb:
             import wandb
 
             wandb.init(mode="disabled")
@@ -287,3 +372,29 @@ class FlowTrainer:
             print(f"smoke: {sizes.steps} epochs, {len(recording.losses)} backward passes, losses "
                   f"{recording.losses}", flush=True)
         return result
+
+
+def trainer(name: str, smoke: Smoke) -> FlowTrainer:
+    """Target ``name``'s trainer from its spec's ``[target.smoke]`` table;
+    a model or a size its table names that does not exist: one line saying so."""
+    where = f"target {name}: [target.smoke]"
+    if smoke.model not in MODELS:
+        raise ValueError(f"{where} model must be one of {', '.join(MODELS)}, got {smoke.model!r}")
+    base = MODELS[smoke.model].sizes
+    sizes = make_dataclass("Sizes", [(key, type(value), field(default=value)) for key, value in smoke.sizes.items()],
+                           bases=(base,)) if smoke.sizes else base
+    unknown = sizes_named(smoke.overrides) - {f.name for f in fields(sizes)}
+    if unknown:
+        raise ValueError(f"{where} overrides name sizes it does not have: {', '.join(sorted(unknown))}")
+    return FlowTrainer(smoke, sizes)
+
+
+def target_smoke(name: str, smoke: Smoke) -> SimpleNamespace:
+    """What the smoke command runs for target ``name``: its ``Sizes``, ``run`` and ``before_imports``."""
+    flow = trainer(name, smoke)
+    return SimpleNamespace(Sizes=flow.sizes, run=flow.run, before_imports=flow.model.before_imports)
+
+
+def trainer_named(name: str) -> FlowTrainer:
+    """The trainer of the shipped spec ``name`` (the launch rehearsal runs it as upstream launches it)."""
+    return trainer(name, next(spec.smoke for spec in load_specs() if spec.name == name))

@@ -1,7 +1,8 @@
-"""Run FlowGRPO's real ``scripts/train_qwenimage.py`` ``main()`` (9745241) on the CPU with a tiny
-Qwen-Image (``tiny_qwenimage``) under ``torchrun`` on two processes, through upstream's own FSDP path
-(``flow_grpo/fsdp_utils.py``: ``init_distributed``, ``fsdp_wrapper`` around the transformer and the
-text encoder, ``save_fsdp_checkpoint``). Needs a transformers release with Qwen2.5-VL (4.49+).
+"""What FlowGRPO's Qwen-Image trainers (``scripts/train_qwenimage*.py``, 9745241) need to run on the
+CPU under ``torchrun`` through upstream's own FSDP path (``flow_grpo/fsdp_utils.py``:
+``init_distributed``, ``fsdp_wrapper`` around the transformer and the text encoder,
+``save_fsdp_checkpoint``); the family's smoke (``flowgrpo``, model ``qwenimage``) runs them. Needs a
+transformers release with Qwen2.5-VL (4.49+).
 
 CPU stand-ins, installed in the smoke process only (``cpu_fsdp``): upstream's ``init_distributed``
 calls ``torch.cuda.set_device`` and starts an NCCL group, and ``fsdp_wrapper`` passes
@@ -12,28 +13,10 @@ from __future__ import annotations
 
 import functools
 import sys
-from dataclasses import dataclass
 
 import torch
 
-from . import qwen_transformers
 from .environment import smoke_device
-from .flowgrpo import FlowSizes, FlowTrainer, FsdpProbe
-from .tiny_qwenimage import build_tiny_qwenimage
-
-
-@dataclass
-class Sizes(FlowSizes):
-    """The SDE window: ``sde_window_size`` steps starting in ``0 .. sde_window_end - size`` (the
-    sampler seeds its draw with the process index, 0: the same window every call)."""
-
-    sde_window_size: int = 2
-    sde_window_end: int = 4
-
-
-def overrides(sizes: Sizes) -> dict:
-    return {"sample.sde_window_size": sizes.sde_window_size, "sample.sde_window_range": (0, sizes.sde_window_end),
-            "activation_checkpointing": False, "fsdp_optimizer_offload": False}
 
 
 def cpu_fsdp(module) -> None:
@@ -68,11 +51,3 @@ def cpu_fsdp(module) -> None:
     dist.init_process_group = gloo_group
     fsdp_utils.FSDP = CpuFSDP
     module.fsdp_wrapper = wrap_on_cpu
-
-
-TRAINER = FlowTrainer("scripts/train_qwenimage.py", "train_qwenimage", build_tiny_qwenimage,
-                      "OTCA_TINY_QWENIMAGE_DIR", overrides=overrides, probe=FsdpProbe, prepare=cpu_fsdp,
-                      needs_torchrun=True, launch="under torchrun, as upstream launches it: torchrun --nproc_per_node 2 "
-                                                  "-m otca_patch.smoke ... (it starts its own process group and FSDP)")
-run = TRAINER.run
-before_imports = qwen_transformers.use  # Qwen2.5-VL: a newer transformers than the environment's, when it has one

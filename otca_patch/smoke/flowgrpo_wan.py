@@ -1,7 +1,8 @@
-"""Run FlowGRPO's real ``scripts/train_wan2_1.py`` ``main()`` (9745241) on the CPU with a tiny Wan2.1
-(``tiny_wan``: diffusers' ``WanPipeline`` layout, random weights), a few frames, under ``accelerate
-launch`` (gloo) on one process as upstream's README launches it, or more. Shared mechanics:
-``flowgrpo``.
+"""What FlowGRPO's ``scripts/train_wan2_1.py`` (9745241) needs to run on the CPU with a tiny Wan2.1
+(``tiny_wan``: diffusers' ``WanPipeline`` layout, random weights): the family's smoke (``flowgrpo``,
+model ``wan``) runs it, a few frames, under ``accelerate launch`` (gloo) on one process as upstream's
+README launches it, or more; its spec's ``[target.smoke]`` gives the config keys of
+``general_ocr_wan2_1`` made tiny.
 
 Upstream's reward is ``multi_score`` with the config's ``video_ocr`` (``general_ocr_wan2_1``), the
 one reward of ``multi_score`` that scores videos. It runs as written (frame sampling, Levenshtein
@@ -16,12 +17,9 @@ from __future__ import annotations
 import hashlib
 import sys
 import types
-from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..files import atomic_write_text
-from .flowgrpo import FlowSizes, FlowTrainer
-from .tiny_wan import build_tiny_wan
 
 #: upstream's main trains from epoch 2 (its first two epochs only draw prompts)
 UNTRAINED_EPOCHS = 2
@@ -29,13 +27,6 @@ UNTRAINED_EPOCHS = 2
 OCR_WORDS = ("cat", "car", "cap", "dog", "sea", "star")
 OCR_PROMPTS = ('a photo of "cat" on a white background', 'a photo of "dog" in the snow',
                'a photo of "star" at night', 'a photo of "sea" over the sea')
-
-
-@dataclass
-class Sizes(FlowSizes):
-    """Video frames (latents have (frames - 1) / 4 + 1); ``reward_weight`` is video_ocr's in upstream's avg."""
-
-    frames: int = 5
 
 
 class StandInOcr:
@@ -59,23 +50,3 @@ def write_ocr_prompts(folder: Path) -> None:
     """``train.txt`` / ``test.txt`` of upstream's ``general_ocr`` dataset (``dataset/ocr``): a quoted text each."""
     atomic_write_text(folder / "train.txt", "\n".join(OCR_PROMPTS) + "\n")
     atomic_write_text(folder / "test.txt", "\n".join(OCR_PROMPTS[:2]) + "\n")
-
-
-def overrides(sizes: Sizes) -> dict:
-    """``general_ocr_wan2_1``'s keys that the common ones do not set (its sizes made tiny)."""
-    return {"frames": sizes.frames, "height": sizes.resolution, "width": sizes.resolution,
-            "sample.sample_time_per_prompt": 1, "sample.kl_reward": 0.0, "save_dir": "logs",
-            "reward_fn": {"video_ocr": sizes.reward_weight}}
-
-
-class WanTrainer(FlowTrainer):
-    """The family's smoke, with the config's epoch stop moved past upstream's two untrained epochs."""
-
-    def write_config(self, out_dir, upstream_dir, sizes, model):
-        return super().write_config(out_dir, upstream_dir, replace(sizes, steps=sizes.steps + UNTRAINED_EPOCHS), model)
-
-
-TRAINER = WanTrainer("scripts/train_wan2_1.py", "train_wan2_1", build_tiny_wan, "OTCA_TINY_WAN_DIR",
-                     overrides=overrides, extra_packages=("imageio", "Levenshtein"), write_dataset=write_ocr_prompts,
-                     prepare=stand_in_paddleocr)
-run = TRAINER.run

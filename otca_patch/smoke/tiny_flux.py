@@ -66,3 +66,12 @@ def save_dancegrpo_checkpoint(transformer, output_dir: str | Path, step: int, ep
     config.pop("dtype", None)
     (folder / "config.json").write_text(json.dumps(config, indent=4))
     return folder
+
+
+def build_tiny_kontext(folder: Path) -> Path:
+    """The tiny FLUX folder, declared a ``FluxKontextPipeline`` (the same components: Kontext feeds
+    the input image's packed latents to the same transformer, after the noisy ones)."""
+    build_tiny_flux(folder)
+    index = json.loads((folder / "model_index.json").read_text())
+    (folder / "model_index.json").write_text(json.dumps({**index, "_class_name": "FluxKontextPipeline"}, indent=2))
+    return folder

@@ -57,11 +57,11 @@ def check_targets(checkout: Path, specs: list) -> list[TargetCheck]:
 
 
 def smoke_of(name: str) -> bool:
-    """Whether target ``name`` has a smoke run (its spec names a smoke module)."""
+    """Whether target ``name`` has a smoke run (its spec names a smoke module or its family's harness)."""
     from ..hooks.spec import load_specs
 
     try:
-        return any(spec.name == name and spec.smoke.module for spec in load_specs())
+        return any(spec.name == name and spec.smoke.runs for spec in load_specs())
     except ValueError:  # a spec folder that does not load here: no built-in smoke
         return False
 

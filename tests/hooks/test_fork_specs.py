@@ -10,6 +10,7 @@ missing *upstream* checkout into a failure; a fork is no upstream's snapshot).
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -39,7 +40,7 @@ FORKS = (
          "fcc4583ce43b0dcd99f137489864c90800a0d744", "OTCA_FORK_DANCEGRPO_KONTEXT"),
 )
 #: what a spec that follows its family may state of its own: no hook point, pin, flag or runtime
-OWN_KEYS = {"name", "upstream", "file", "verified_commit", "verified_sha256", "description"}
+OWN_KEYS = {"name", "upstream", "file", "verified_commit", "verified_sha256", "description", "smoke"}
 
 
 def test_every_spec_of_an_upstream_without_snapshots_is_a_fork_listed_here():
@@ -59,6 +60,9 @@ def test_a_fork_that_follows_its_family_is_its_spec_alone(fork, tmp_path):
     assert (spec.runtime, spec.outputs, spec.flags, spec.smoke.objectives) == (
         family.runtime, family.outputs, family.flags, family.smoke.objectives)
     assert spec.file != family.file and spec.smoke.module == ""  # no smoke module of its own
+    # its smoke: the family's harness on its own file
+    assert raw["target"].get("smoke", {}) in ({}, {"harness": family.smoke.harness})
+    assert spec.smoke.harness == family.smoke.harness and spec.smoke.file == spec.file
     # where it comes from: the fork's repository is its upstream, its commit the verified one
     assert spec.upstream == fork.repository.rsplit("/", 1)[1] and spec.verified_commit == fork.commit
     assert fork.repository in Path(spec.path).read_text()
@@ -92,3 +96,22 @@ def test_doctor_on_the_fork_says_its_hook_points_hold(fork):
     assert f"  {spec.name} ({spec.file}): holds ({points} hook points and pins)" in done.stdout.splitlines()
     assert f"identical to the file the spec was verified on (upstream commit {fork.commit[:12]})" in done.stdout
     assert "no spec covers" not in done.stdout, done.stdout  # the fork's trainer is no longer uncovered
+
+
+@pytest.mark.fork
+@pytest.mark.parametrize("fork", [pytest.param(fork, id=fork.target, marks=pytest.mark.skipif(
+    not os.environ.get(fork.env_var), reason=f"${fork.env_var} names no checkout of {fork.repository}"))
+    for fork in FORKS])
+def test_the_fork_is_a_smoke_target_of_its_own_and_trains_with_the_layer(fork, tmp_path):
+    """Its spec's ``[target.smoke]`` names the family's harness: the fork's own file runs, rewritten by its spec."""
+    checkout = fork_checkout(fork)
+    # the fork's trainer imports ai-toolkit's ``toolkit`` from its fastvideo/ (as its own launch does)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(checkout / "fastvideo"), str(REPO)])}
+    done = subprocess.run([sys.executable, "-m", "otca_patch.smoke", str(checkout), str(tmp_path / "out"),
+                           "--target", fork.target, "--steps", "1", "--otca"], capture_output=True, text=True,
+                          timeout=900, cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1].startswith(f"smoke: passed: {fork.target}, --otca")
+    first = json.loads((tmp_path / "out" / "run_log.jsonl").read_text().splitlines()[0])
+    # the fork's file, rewritten by the fork's spec (the run log's record of which spec was applied)
+    assert (first["spec"]["target"], first["spec"]["file"]) == (fork.target, spec_named(fork.target).file)
