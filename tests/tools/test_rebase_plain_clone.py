@@ -53,7 +53,7 @@ def test_a_later_commit_where_all_hold_smokes_the_changed_target_only(clone, tmp
     done = rebase(clone, "later", marker)
     assert done.returncode == 0, done.stdout + done.stderr
     assert marker.read_text().split() == ["dancegrpo-flux"]
-    assert "file changed since the verified commit; 12 hook points hold; smoke: passed" in target_line(
+    assert "file changed since the verified commit; 15 hook points hold; smoke: passed" in target_line(
         done.stdout, "dancegrpo-flux")
     for name in SPEC_FILES:
         if name != "dancegrpo-flux":
@@ -111,7 +111,7 @@ def test_flowgrpo_rebase_onto_9745241_names_every_target_smokes_the_changed_one_
     assert "rebase: 9745241 fits: every target it has holds" in done.stdout
     # SD3's file changed at 9745241 (its structure holds): its smoke runs; the newer trainers' specs
     # are verified on 9745241 itself: their files are the verified ones
-    assert "file changed since the verified commit; 13 hook points hold; smoke: passed" in target_line(
+    assert "file changed since the verified commit; 16 hook points hold; smoke: passed" in target_line(
         done.stdout, "flowgrpo-sd3")
     for name in FLOWGRPO_TARGETS[1:]:
         assert "verified file;" in target_line(done.stdout, name) and "smoke: not needed" in target_line(done.stdout, name)
@@ -136,7 +136,7 @@ def test_flowgrpo_rebase_back_to_ac4c86e_names_the_targets_it_lacks(flowgrpo_clo
     try:
         done = rebase(flowgrpo_clone, "ac4c86e", tmp_path / "smoked")
         assert done.returncode == 0, done.stdout + done.stderr
-        assert "verified file; 13 hook points hold" in target_line(done.stdout, "flowgrpo-sd3")
+        assert "verified file; 16 hook points hold" in target_line(done.stdout, "flowgrpo-sd3")
         for name in FLOWGRPO_TARGETS[1:]:
             assert "no file at ac4c86e" in target_line(done.stdout, name)
         assert not (tmp_path / "smoked").exists()

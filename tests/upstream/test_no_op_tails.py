@@ -47,6 +47,7 @@ FLOWGRPO_TAILS = {
                                 '        sample["latents"][:, j].detach().float(),')],
     "collect_images": [SUBMIT_IMAGES],
     "collect_rollout": [SUBMIT_IMAGES],
+    "probe_decode": [],  # SD3's anchor is collect_images' line: tailed above
     "per_step_advantages": [("            .to(accelerator.device)\n        )\n",
                              "            .to(accelerator.device)\n        ).clone()\n")],
     "record_kept_samples": [("{k: v[mask] for k, v", "{k: v[mask].contiguous() for k, v")],
@@ -153,8 +154,12 @@ NO_TENSOR = {"collect_final_prediction", "collect_decoded_images", "collect_deco
              "permute_advantages_with_steps", "watch_trained_step", "log_each_step", "log_each_epoch",
              "optimizer_after_loading", "load_experts", "save_experts", "bind_objectives",
              "trained_columns_in_sampling_order", "watch_rollout", "whole_trajectory_stored", "window_states_kept",
-             "sampling_returns_the_window", "window_width_trained", "trained_columns_are_the_window"}
+             "sampling_returns_the_window", "window_width_trained", "trained_columns_are_the_window",
+             # the objective-timing probe: a tuple unpacked, a `def`, an import, a tuple unpacked
+             "probe_step_predictions", "probe_unpack", "probe_sde_steps", "arm_probe"}
 NO_TENSOR_IN = {"dancegrpo-sd": {"trained_columns"}, "dancegrpo-hunyuan": {"per_step_advantages"},
+                # the probe decodes after upstream saves a PIL image / exports numpy frames
+                "dancegrpo-flux": {"probe_decode"}, "dancegrpo-wan": {"probe_decode"},
                 "mixgrpo-flux": {"window_columns", "frozen_init_columns", "sign_balance_reads_advantages",
                                  "bind_upstream_rewards", "record_trained_steps"}}
 # (upstream, hook point) whose tail follows the whole anchored expression or sits in what `...` matches:

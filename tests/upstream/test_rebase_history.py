@@ -147,5 +147,5 @@ def test_flowgrpo_rebase_onto_9745241_runs_the_real_smoke_of_the_changed_target(
     done = subprocess.run([sys.executable, "-m", "otca_patch.cli", "rebase", "9745241"], cwd=clone, env=env,
                           capture_output=True, text=True, timeout=1800)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "13 hook points hold; smoke: passed" in done.stdout
+    assert "16 hook points hold; smoke: passed" in done.stdout
     assert not git(clone, "status", "--porcelain") and git(clone, "rev-parse", "--abbrev-ref", "HEAD") == "main"
