@@ -184,6 +184,10 @@ mkdir -p "$work/runs"
 runs=()
 not_run=()
 while read -r target name least launcher; do
+  if [ -z "${upstreams[$name]+set}" ]; then  # a fork's trainer: its code is never shipped (docs/dancegrpo.md)
+    not_run+=("NOT RUN $(printf '%-26s' "$target") its upstream, $name, is a fork: the check carries DanceGRPO, flow_grpo and MixGRPO only")
+    continue
+  fi
   ran=0
   for world in "${worlds[@]}"; do
     [ "$world" -ge "$least" ] && runs+=("$target $name $world $launcher") && ran=1
