@@ -138,6 +138,9 @@ DDP_WORKER = textwrap.dedent("""
     with open(f"rank{rank}.json", "w") as out:
         json.dump({"rank": rank, "ddp": inner is not model, "processes": accelerator.num_processes,
                    "type": str(accelerator.distributed_type), "grad": inner.weight.grad.tolist()}, out)
+    # both ranks end the gloo group together: one rank leaving while the other still talks to it can abort
+    accelerator.wait_for_everyone()
+    torch.distributed.destroy_process_group()
 """)
 
 
