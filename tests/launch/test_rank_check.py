@@ -134,6 +134,8 @@ DIST_TRAINER = textwrap.dedent('''\
         out = sys.argv[sys.argv.index("--out") + 1]
         with open(f"{out}.{rank}", "w") as handle:
             json.dump({"advantages": advantages}, handle)
+        dist.barrier()  # both ranks end the gloo group together (torch 2.14's gloo may abort a rank at exit otherwise)
+        dist.destroy_process_group()
 ''')
 
 GATHERING_RUNTIME = textwrap.dedent('''\
