@@ -23,7 +23,7 @@ class TargetOptions:
     otca_video_frames: int = flag("video targets: frames per video (evenly spaced) that image objectives of the "
                                   "registry score; a video's score is their mean", 4)
     otca_sync_grads: bool = flag("DanceGRPO Wan trainer (Wan2.1, Wan2.2): average gradients over ranks before "
-                                 "clipping (upstream wraps the model in neither FSDP nor DDP, DanceGRPO issue #110); "
+                                 "clipping (upstream wraps the model in neither FSDP nor DDP); "
                                  "needs --otca or --otca_observe", False)
     otca_wan22: bool = flag("DanceGRPO Wan trainer: a Wan2.2-A14B checkpoint (two experts, transformer and "
                             "transformer_2, switched at boundary_ratio); detected from model_index.json too", False)

@@ -178,7 +178,7 @@ one_run() {  # TARGET UPSTREAM_NAME WORLD LAUNCHER -> one PASS/FAIL line in $wor
     echo "FAIL $label (${seconds} s): the run log differs from the credit engine: $(tail -1 "$out.credit" | cut -c1-200)" > "$out.line"
     return
   fi
-  echo "PASS $label (${seconds} s): credit matches the engine; $("$python" -m otca_patch.smoke.meter "$out" 2>&1 | tail -1)" > "$out.line"
+  echo "PASS $label (${seconds} s): credit matches the engine; $("$python" -m otca_patch.tools.layer_meter "$out" 2>&1 | tail -1)" > "$out.line"
 }
 mkdir -p "$work/runs"
 runs=()

@@ -29,7 +29,7 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
 fi
 # Qwen-Image's text encoder is Qwen2.5-VL (transformers >= 4.49); .venv keeps DanceGRPO's 4.46.1, so
 # FlowGRPO's Qwen-Image smoke processes import a newer one from .venv/qwen-transformers first
-# (otca_patch/smoke/qwen_transformers.py installs it there and finds it; docs/flowgrpo-trainers.md).
+# (otca_patch/stand_ins/qwen_transformers.py installs it there and finds it; docs/flowgrpo-trainers.md).
 if [ ! -d "$venv/qwen-transformers/transformers/models/qwen2_5_vl" ]; then
-  quietly "$log" "$venv/bin/python" -m otca_patch.smoke.qwen_transformers
+  quietly "$log" "$venv/bin/python" -m otca_patch.stand_ins.qwen_transformers
 fi

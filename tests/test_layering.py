@@ -21,6 +21,7 @@ LAYERS = (
     ("credit",),  # the credit math: pure tensor functions
     ("config", "target_options"),  # OtcaConfig, the flags; the flags only some targets take
     ("rewards",),  # reward models, registry
+    ("stand_ins", "tiny_models"),  # CPU stand-ins of what GPU trainers call; tiny models in the real layouts
     ("objective_set", "runlog"),  # a run's objectives; the run log
     ("hooks",),  # the hook engine: specs, anchors, rewrite, doctor
     ("rank_check", "distributed", "invariants"),  # what a rewritten run checks across ranks

@@ -14,7 +14,7 @@ def smoke_arguments(args: argparse.Namespace) -> argparse.Namespace:
     import torch
 
     from ..rewards import tiny
-    from ..smoke.tiny_flux import build_tiny_flux, save_dancegrpo_checkpoint, tiny_transformer
+    from ..tiny_models.flux import build_tiny_flux, save_dancegrpo_checkpoint, tiny_transformer
 
     given = [f"--{name}" for name in ("base", "checkpoint", "prompts") if getattr(args, name)]
     if given or args.reward_ckpt or args.reward_opt:

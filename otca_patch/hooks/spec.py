@@ -64,9 +64,11 @@ class Smoke:
     pairs, further smoke runs of the same trainer on another model layout (Wan2.2's two experts).
 
     Or ``harness``: the family's smoke (``otca_patch.smoke.<harness>``) runs the spec's ``file``
-    from what the target adds here: ``model`` (a tiny pipeline the harness builds), ``sizes`` (size
-    flags and their defaults), ``overrides`` (config keys; a value ``"{size}"`` is that size),
-    ``processes`` (the fewest upstream's main runs on), ``launcher`` and ``starts_wandb``."""
+    from what the target adds here: ``model`` (a tiny model the harness builds), ``sizes`` (size
+    flags and their defaults), ``overrides`` (FlowGRPO: config keys; DanceGRPO: upstream's arguments;
+    a value ``"{size}"`` is that size), ``processes`` (the fewest upstream's main runs on),
+    ``launcher`` and ``starts_wandb``. A skeleton's table is inherited, ``sizes`` and ``overrides``
+    merged key by key."""
 
     module: str = ""
     objectives: tuple = ("upstream",)
@@ -232,12 +234,14 @@ def _find_skeleton(path: Path, extends: str) -> Path:
 
 def _merge(path: Path, base: dict, data: dict) -> dict:
     """``data`` (one spec file) on top of ``base`` (its skeleton, resolved). ``[target]`` and
-    ``[notes]`` key by key (``[target.smoke]`` too); entries by name: the same name replaces the
+    ``[notes]`` key by key (``[target.smoke]`` too, and its ``sizes`` and ``overrides`` tables); entries by name: the same name replaces the
     inherited entry in place, a new name is appended; ``before``/``after`` place it next to a named
     entry; ``drop`` lists inherited entries to remove."""
     target = {**base["target"], **data.get("target", {})}
     if "smoke" in base["target"] and "smoke" in data.get("target", {}):
-        target["smoke"] = {**base["target"]["smoke"], **data["target"]["smoke"]}
+        base_smoke, smoke = base["target"]["smoke"], data["target"]["smoke"]
+        target["smoke"] = {**base_smoke, **smoke, **{key: {**base_smoke[key], **smoke[key]} for key in ("sizes", "overrides")
+                                                   if isinstance(base_smoke.get(key), dict) and isinstance(smoke.get(key), dict)}}
     merged = {"target": target, "notes": {**base["notes"], **data.get("notes", {})},
               "hooks": list(base["hooks"]), "pins": list(base["pins"])}
     drop = data.get("drop", [])

@@ -29,7 +29,7 @@ FLUX_SMALL = {"--max_train_steps": "2", "--checkpointing_steps": "2", "--h": "32
 #: steps per training step); 53 frames at 480x480 -> 5 frames at 32x32 (2 latent frames of 4x4)
 HUNYUAN_SMALL = {"--max_train_steps": "2", "--checkpointing_steps": "2", "--h": "32", "--w": "32", "--t": "5"}
 #: the prompts the tiny text encoders embed (the tiny T5 knows only their words)
-from ..smoke.sizes import IMAGE_PROMPTS  # noqa: E402
+from ..tiny_models.text import IMAGE_PROMPTS  # noqa: E402
 
 FLOAT = r"(-?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|nan|inf))"
 #: what upstream's train_one_step prints on rank 0, one line per sample
@@ -110,15 +110,15 @@ def tiny_hunyuan(checkout: Path, folder: Path) -> Path:
     ``vae/`` in diffusers' layout): the smoke's tiny upstream HunyuanVideo transformer and tiny VAE."""
     import torch
 
-    from ..smoke import dancegrpo_hunyuan
-    from ..smoke.environment import stub_flash_attn
+    from ..tiny_models.hunyuan import hunyuan_transformer, hunyuan_vae
+    from ..stand_ins.cpu import stub_flash_attn
 
     stub_flash_attn()  # upstream's modeling module imports flash_attn at import
     sys.path.insert(0, str(checkout))
     try:
         torch.manual_seed(0)
-        dancegrpo_hunyuan.tiny_transformer().save_pretrained(str(folder / "transformer"))
-        dancegrpo_hunyuan.tiny_vae().save_pretrained(str(folder / "vae"))
+        hunyuan_transformer().save_pretrained(str(folder / "transformer"))
+        hunyuan_vae().save_pretrained(str(folder / "vae"))
     finally:
         sys.path.remove(str(checkout))
     return folder
@@ -193,7 +193,7 @@ def flux_embeddings(flux: Path, out: Path, prompts=IMAGE_PROMPTS) -> Path:
 
 
 def flux_plan(work: Path, device: str) -> Plan:
-    from ..smoke.tiny_flux import build_tiny_flux
+    from ..tiny_models.flux import build_tiny_flux
 
     checkout = upstreams.checkout("DanceGRPO")
     flux = build_tiny_flux(work / "flux")
@@ -242,7 +242,7 @@ def hunyuan_numbers(path: Path) -> list[float]:
 
 
 def hunyuan_plan(work: Path, device: str) -> Plan:
-    from ..smoke.sizes import VIDEO_PROMPTS
+    from ..tiny_models.text import VIDEO_PROMPTS
 
     checkout = upstreams.checkout("DanceGRPO")
     hunyuan = tiny_hunyuan(checkout, work / "HunyuanVideo")

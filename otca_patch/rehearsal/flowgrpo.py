@@ -251,7 +251,7 @@ def plan(target: str, work: Path, device: str) -> Plan:
     model = build_model(spec, work / spec.model_folder, paths)
     dataset = work / "dataset"
     dataset.mkdir(exist_ok=True)
-    from ..smoke.flowgrpo import write_prompt_lists
+    from ..tiny_models.datasets import write_prompt_lists
 
     write_prompt_lists(dataset)
     on_cpu = device == "cpu"

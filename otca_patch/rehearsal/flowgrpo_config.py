@@ -18,19 +18,19 @@ from .logged_numbers import FILE_NAME, copy_logged_numbers
 
 
 def _accelerate_on_cpu() -> None:
-    from ..smoke.environment import accelerate_as_on_gpus
+    from ..stand_ins.cpu import accelerate_as_on_gpus
 
     accelerate_as_on_gpus()
 
 
 def _fsdp_on_cpu() -> None:
-    from ..smoke.flowgrpo_qwenimage import cpu_fsdp
+    from ..stand_ins.flowgrpo import cpu_fsdp
 
     cpu_fsdp(sys.modules["__main__"])
 
 
 def _float_ids_as_transformers_4() -> None:
-    from ..smoke.environment import decode_float_ids_as_transformers_4
+    from ..stand_ins.cpu import decode_float_ids_as_transformers_4
 
     decode_float_ids_as_transformers_4()
 

@@ -64,7 +64,7 @@ def checkout_and_stand_ins(work: Path) -> tuple[Path, Path, Path, Path, list[str
     pipeline folder, its prompt embeddings, and the tiny HPS model's config with the lines saying
     what it replaced."""
     from ..rewards.clip_libs import import_hpsv2_open_clip
-    from ..smoke.tiny_flux import build_tiny_flux
+    from ..tiny_models.flux import build_tiny_flux
 
     checkout = upstreams.checkout("MixGRPO")
     import_hpsv2_open_clip()  # its wheel omits the tokenizer vocabulary the HPSv2 checkout has

@@ -25,7 +25,7 @@ IMPORT_STUBS_VARIABLE = "OTCA_REHEARSAL_IMPORT_STUBS"
 HUNYUAN = "dancegrpo-hunyuan"
 REPLACEMENTS_HUNYUAN = [
     "fastvideo.models.videoalign.inference.VideoVLMRewardInference (Qwen2-VL 2B + LoRA from ./videoalign_ckpt) "
-    "-> otca_patch.smoke.dancegrpo_hunyuan.StubVideoAlign: it re-reads each mp4 upstream wrote and returns "
+    "-> otca_patch.stand_ins.video_align.StubVideoAlign: it re-reads each mp4 upstream wrote and returns "
     "deterministic VQ, MQ and TA from its pixels and prompt, in VideoAlign's return format",
     "flash_attn_no_pad in fastvideo.models.hunyuan_hf.modeling_hunyuan (flash-attn's CUDA kernel), where "
     "flash_attn is not installed -> the same padded-key attention through scaled_dot_product_attention",
@@ -50,11 +50,11 @@ PINNED_STRUCTURE = ("DataLoader(pin_memory=True) batches -> the structure upstre
 def after_torch(device: str) -> None:
     import torch
 
-    from ..smoke.environment import average_by_sum_on_gloo, stub_flash_attn
+    from ..stand_ins.cpu import average_by_sum_on_gloo, stub_flash_attn
 
     stub_flash_attn()  # where flash_attn is installed (a GPU machine may have it) it is left alone
     if os.environ.get(IMPORT_STUBS_VARIABLE) == "mixgrpo":
-        from ..smoke.mixgrpo_flux import stand_in_imports
+        from ..stand_ins.mixgrpo_rewards import stand_in_imports
 
         stand_in_imports()
     if os.environ.get(IMPORT_STUBS_VARIABLE) == HUNYUAN:
@@ -173,7 +173,7 @@ def _stand_in_videoalign() -> None:
     import sys
     import types
 
-    from ..smoke.dancegrpo_hunyuan import StubVideoAlign
+    from ..stand_ins.video_align import StubVideoAlign
 
     class VideoVLMRewardInference(StubVideoAlign):
         def __init__(self, load_from_pretrained, load_from_pretrained_step=-1, device="cuda", dtype=None):
@@ -209,6 +209,6 @@ def after_hunyuan_modeling(device: str) -> None:
         return  # DanceGRPO's other trainers import the module but never call the kernel
     if getattr(sys.modules.get("flash_attn"), "__file__", None) is not None:
         return  # the real flash-attn is installed: upstream's kernel runs
-    from ..smoke.dancegrpo_hunyuan import masked_attention
+    from ..stand_ins.video_align import masked_attention
 
     sys.modules["fastvideo.models.hunyuan_hf.modeling_hunyuan"].flash_attn_no_pad = masked_attention

@@ -3,32 +3,26 @@
 The trainer has no ``train_one_step``: its sampling and training loops live in ``main``, so the smoke
 run executes upstream's whole ``main`` through absl's ``app.run`` with upstream's own launch config
 (``fastvideo/config_sd/dgx.py:hpsv2``, ``:hps`` in trees older than its rename) and small sizes as
-``--config.*`` overrides, in a run folder holding what ``main`` reads from its working directory: a tiny pipeline in ``./data/stable-diffusion-v1-4``
-(``tiny_sd.py``), a tiny HPSv2 checkpoint in ``./hps_ckpt/`` and ``./assets/prompts.txt``.
-
-Replaced in the smoke run only, and why (docs/dancegrpo.md: DanceGRPO's environment):
-- hpsv2's ``create_model_and_transforms('ViT-H-14', './hps_ckpt/open_clip_pytorch_model.bin', ...)``
-  builds the tiny HPS architecture without a pretrained file (ViT-H-14 is 1B parameters);
-- ``torch.load(cp, map_location='cuda')`` of the HPS checkpoint loads onto the CPU (no CUDA here).
-Everything else is upstream's: accelerate (DDP over gloo with 2 ranks, bf16 autocast), DDIM
+``--config.*`` overrides, in a run folder holding what ``main`` reads from its working directory: a tiny
+pipeline in ``./data/stable-diffusion-v1-4``, a tiny HPSv2 checkpoint in ``./hps_ckpt/`` and
+``./assets/prompts.txt``. Replaced in the smoke run only: HPSv2's ViT-H-14 and its CUDA load
+(``stand_ins.hpsv2.cpu_replacements``). Everything else is upstream's: accelerate (DDP over gloo with 2 ranks, bf16 autocast), DDIM
 log-probs, HPSv2 on the saved JPEGs, group advantages, the PPO loop. A probe records each loss and
 clipped gradient norm (smoke.json); tests add ``--probe tests/upstream/sd_probe.py:RolloutRecorder``.
 """
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-
 from ..config import OtcaConfig
-from .sizes import IMAGE_PROMPTS, SmokeSizes
+from ..stand_ins.hpsv2 import cpu_replacements
+from ..tiny_models.text import IMAGE_PROMPTS
 from .flowgrpo import TrainingProbe
-from .harness import enter_run_folder, finish, load_upstream, report_step
+from .harness import SmokeSizes, enter_run_folder, finish, load_upstream, report_step
 
 UPSTREAM_FILE = "fastvideo/train_grpo_sd.py"
 LAUNCH_CONFIG = "fastvideo/config_sd/dgx.py:hpsv2"  # what finetune_sd_grpo.sh passes
@@ -79,34 +73,12 @@ def config_overrides(sizes: Sizes) -> dict:
             "train.learning_rate": sizes.learning_rate}
 
 
-@contextlib.contextmanager
-def cpu_replacements(hps_arch: str):
-    """The two upstream calls that cannot run here, replaced while ``main`` runs (module docstring)."""
-    from hpsv2.src import open_clip as hps_open_clip
-
-    create, load = hps_open_clip.create_model_and_transforms, torch.load
-
-    def create_tiny(model_name, pretrained=None, *args, **kwargs):
-        return create(hps_arch, None, *args, **kwargs)
-
-    def load_on_cpu(*args, **kwargs):
-        if str(kwargs.get("map_location", "")).startswith("cuda"):
-            kwargs["map_location"] = "cpu"
-        return load(*args, **kwargs)
-
-    hps_open_clip.create_model_and_transforms, torch.load = create_tiny, load_on_cpu
-    try:
-        yield
-    finally:
-        hps_open_clip.create_model_and_transforms, torch.load = create, load
-
-
 def prepare_run_folder(rank: int, reward_root: Path) -> str:
     """What upstream's ``main`` reads from its working directory; returns the tiny HPS architecture."""
     import torch.distributed as dist
 
     from ..rewards import tiny
-    from .tiny_sd import build_tiny_sd
+    from ..tiny_models.sd import build_tiny_sd
 
     if rank == 0:
         reward_root.mkdir(parents=True, exist_ok=True)

@@ -14,43 +14,20 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from ..config import OtcaConfig
 from ..targets.wan22 import EXPERTS
-from .dancegrpo_wan import Sizes as WanSizes, tiny_wan_transformer, tiny_wan_vae, train, upstream_args
-from .harness import (cast_inputs_to_weights, enter_run_folder, finish, load_upstream, on_device)
+from ..tiny_models.wan import build_tiny_wan22
+from .dancegrpo import reward_inputs, train, trainer_named, wan_prompts
+from .harness import cast_inputs_to_weights, enter_run_folder, finish, load_upstream, on_device, sizes_type
 
-UPSTREAM_FILE = "fastvideo/train_grpo_wan_2_1.py"
-__all__ = ["UPSTREAM_FILE", "Sizes", "run", "write_tiny_wan22"]
-
-
-@dataclass
-class Sizes(WanSizes):
-    boundary_ratio: float = 0.875  # Wan2.2-T2V-A14B's
-
-
-def write_tiny_wan22(folder: Path, boundary_ratio: float, seed: int) -> Path:
-    """A Wan2.2-A14B-layout folder (two experts of different weights), written once."""
-    from diffusers import FlowMatchEulerDiscreteScheduler, WanPipeline
-    from transformers import UMT5Config, UMT5EncoderModel
-
-    from .tiny_text import T5_VOCAB_SIZE, t5_tokenizer
-
-    if (folder / "model_index.json").is_file():
-        return folder
-    torch.manual_seed(seed)
-    experts = [tiny_wan_transformer(), tiny_wan_transformer()]
-    text_encoder = UMT5EncoderModel(UMT5Config(vocab_size=T5_VOCAB_SIZE, d_model=32, d_ff=37, d_kv=8, num_layers=1,
-                                               num_heads=4, pad_token_id=0, eos_token_id=1, decoder_start_token_id=0))
-    pipeline = WanPipeline(tokenizer=t5_tokenizer(), text_encoder=text_encoder, vae=tiny_wan_vae(),
-                           scheduler=FlowMatchEulerDiscreteScheduler(shift=3.0), transformer=experts[0],
-                           transformer_2=experts[1], boundary_ratio=boundary_ratio)
-    pipeline.save_pretrained(str(folder), safe_serialization=True)
-    return folder
+#: the Wan trainer's smoke (its spec's table), on the Wan2.2-A14B layout
+WAN = trainer_named("dancegrpo-wan")
+Sizes = sizes_type("dancegrpo-wan22", WAN.sizes, {"boundary_ratio": 0.875}, {})  # Wan2.2-T2V-A14B's boundary
+upstream_args = WAN.upstream_args
 
 
 def _flat(module: torch.nn.Module) -> torch.Tensor:
@@ -65,12 +42,9 @@ def run(upstream_dir: Path, out_dir: Path, config: OtcaConfig, sizes: Sizes, rew
         raise ValueError("the Wan2.2 smoke run needs --otca or --otca_observe: upstream alone loads one transformer")
     upstream_dir = upstream_dir.resolve()  # before the chdir below
     rank, world_size = enter_run_folder(out_dir, "videos")
-    from ..rewards import tiny
-
     reward_root.mkdir(parents=True, exist_ok=True)
-    checkpoint = write_tiny_wan22(reward_root / f"Wan2.2-T2V-tiny-rank{rank}", sizes.boundary_ratio, sizes.seed)
-    hps_checkpoint = tiny.build_hpsv2(reward_root)
-    module = load_upstream(upstream_dir, UPSTREAM_FILE, config, "dancegrpo_train_grpo_wan22")
+    checkpoint = build_tiny_wan22(reward_root / f"Wan2.2-T2V-tiny-rank{rank}", sizes.boundary_ratio, sizes.seed)
+    module = load_upstream(upstream_dir, WAN.smoke.file, config, "dancegrpo_train_grpo_wan22")
     runtime = module.__otca__
     recorder = probe(module, log_prob_index=2) if probe else None  # all_log_probs: result[2]
 
@@ -85,7 +59,8 @@ def run(upstream_dir: Path, out_dir: Path, config: OtcaConfig, sizes: Sizes, rew
     vae = on_device(AutoencoderKLWan.from_pretrained(str(checkpoint), subfolder="vae", torch_dtype=torch.float32).eval())
     gradients = GradientProbe(module, transformer) if probe else None
     before = {name: _flat(getattr(transformer, name)) for name in EXPERTS}
-    steps = train(module, transformer, vae, hps_checkpoint, sizes, rank, out_dir, args)
+    steps = train(module, transformer, sizes, rank, out_dir, args, {"vae": vae, **reward_inputs(WAN.model, reward_root)},
+                  wan_prompts(rank, sizes), replicas=True)
     norms = {name: float((_flat(getattr(transformer, name)) - before[name]).norm()) for name in EXPERTS}
     if rank == 0:  # upstream's checkpoint block, through the save_experts hook
         save_dir = out_dir / f"checkpoint-{sizes.steps}-0"

@@ -23,8 +23,7 @@ import hashlib
 import importlib.util
 import json
 import os
-import time
-from dataclasses import asdict, dataclass, field, fields, make_dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Callable
@@ -34,16 +33,18 @@ import torch
 from ..config import OtcaConfig
 from ..files import atomic_write_text
 from ..hooks.spec import Smoke, load_specs
-from . import flowgrpo_qwenimage, flowgrpo_wan, qwen_transformers
-from .environment import accelerate_as_on_gpus, decode_float_ids_as_transformers_4, smoke_device
-from .harness import load_upstream
-from .sizes import IMAGE_PROMPTS, SmokeSizes
-from .tiny_flux import build_tiny_flux, build_tiny_kontext
-from .tiny_qwenimage import build_tiny_qwenimage, build_tiny_qwenimage_edit
-from .tiny_sd3 import build_tiny_sd3
-from .tiny_wan import build_tiny_wan
+from ..stand_ins import qwen_transformers
+from ..stand_ins.cpu import accelerate_as_on_gpus, decode_float_ids_as_transformers_4, smoke_device
+from ..stand_ins.flowgrpo import cpu_fsdp, stand_in_paddleocr
+from ..tiny_models.datasets import built_once, write_edit_dataset, write_ocr_prompts, write_prompt_lists
+from ..tiny_models.flux import build_tiny_flux, build_tiny_kontext
+from ..tiny_models.qwenimage import build_tiny_qwenimage, build_tiny_qwenimage_edit
+from ..tiny_models.sd3 import build_tiny_sd3
+from ..tiny_models.wan import build_tiny_wan
+from .harness import SmokeSizes, filled, load_upstream, sizes_type
 
-PROMPTS = IMAGE_PROMPTS
+#: Wan2.1's main trains from epoch 2 (its first two epochs only draw prompts: ``if epoch < 2: continue``)
+WAN_UNTRAINED_EPOCHS = 2
 #: what FlowGRPO's trainers import beyond otca-patch's own dependencies (the `flowgrpo` extra)
 UPSTREAM_EXTRA = ("ml_collections", "absl", "peft", "wandb")
 
@@ -97,50 +98,6 @@ def common_overrides(sizes: FlowSizes, dataset: Path, model: Path) -> dict:
     config has ``train.ema``)."""
     return {**config_overrides(sizes, dataset, model), "sample.guidance_scale": 3.5,
             "sample.eval_guidance_scale": 3.5, "train.ema": False}
-
-
-def write_prompt_lists(folder: Path) -> None:
-    """``train.txt`` / ``test.txt``: the prompt lists of upstream's ``general_ocr`` dataset."""
-    atomic_write_text(folder / "train.txt", "\n".join(PROMPTS) + "\n")
-    atomic_write_text(folder / "test.txt", "\n".join(PROMPTS[:2]) + "\n")
-
-
-def write_edit_dataset(folder: Path, resolution: int = 32) -> None:
-    """Upstream's image-editing layout (``{split}_metadata.jsonl``, a prompt and an input image per
-    line): an input image per prompt (flat colours, deterministic), one distinct edit prompt each, so
-    upstream's groups (prompt and image path) are the prompts' groups."""
-    import numpy as np
-    from PIL import Image
-
-    (folder / "images").mkdir(parents=True, exist_ok=True)
-    lines = []
-    for index, prompt in enumerate(PROMPTS):
-        colour = np.array([(60 * index) % 256, (120 + 50 * index) % 256, (200 - 40 * index) % 256], dtype=np.uint8)
-        path = folder / "images" / f"input_{index}.png"
-        if not path.is_file():  # written whole, then moved: the other process may read it at once
-            partial = path.with_name(f"{path.stem}.{os.getpid()}.partial.png")
-            Image.fromarray(np.broadcast_to(colour, (resolution, resolution, 3)).copy()).save(partial)
-            os.replace(partial, path)
-        lines.append(json.dumps({"prompt": prompt, "image": f"images/input_{index}.png"}))
-    atomic_write_text(folder / "train_metadata.jsonl", "\n".join(lines) + "\n")
-    atomic_write_text(folder / "test_metadata.jsonl", "\n".join(lines[:2]) + "\n")
-
-
-def tiny_model(folder: Path, build_model) -> Path:
-    """The tiny pipeline folder, built by the first local process; the others wait for it."""
-    if os.environ.get("LOCAL_RANK", "0") == "0":
-        if not (folder / "model_index.json").is_file():
-            folder.parent.mkdir(parents=True, exist_ok=True)
-            partial = folder.with_name(f"{folder.name}.{os.getpid()}.partial")
-            build_model(partial)
-            os.replace(partial, folder)
-        return folder
-    deadline = time.time() + 600
-    while not (folder / "model_index.json").is_file():
-        if time.time() > deadline:
-            raise SystemExit(f"smoke: {folder} was not built by the first process")
-        time.sleep(0.5)
-    return folder
 
 
 def write_config(out_dir: Path, upstream_dir: Path, sizes: Sizes, model: Path, extra: dict | None = None,
@@ -248,7 +205,7 @@ class TinyModel:
 
 
 #: Qwen-Image's trainers: torch FSDP without accelerate, Qwen2.5-VL (a newer transformers, when one is installed)
-_QWEN_FSDP = {"probe": FsdpProbe, "prepare": flowgrpo_qwenimage.cpu_fsdp, "before_imports": qwen_transformers.use}
+_QWEN_FSDP = {"probe": FsdpProbe, "prepare": cpu_fsdp, "before_imports": qwen_transformers.use}
 #: the tiny pipelines, by the name a spec's ``[target.smoke] model`` gives
 MODELS = {
     "sd3": TinyModel(build_tiny_sd3, "OTCA_TINY_SD3_DIR", sizes=Sizes, base_overrides=config_overrides),
@@ -257,33 +214,14 @@ MODELS = {
     "qwenimage": TinyModel(build_tiny_qwenimage, "OTCA_TINY_QWENIMAGE_DIR", **_QWEN_FSDP),
     "qwenimage_edit": TinyModel(build_tiny_qwenimage_edit, "OTCA_TINY_QWENIMAGE_EDIT_DIR",
                                 write_dataset=write_edit_dataset, **_QWEN_FSDP),
-    "wan": TinyModel(build_tiny_wan, "OTCA_TINY_WAN_DIR", write_dataset=flowgrpo_wan.write_ocr_prompts,
-                     prepare=flowgrpo_wan.stand_in_paddleocr, extra_packages=("imageio", "Levenshtein"),
-                     untrained_epochs=flowgrpo_wan.UNTRAINED_EPOCHS),
+    "wan": TinyModel(build_tiny_wan, "OTCA_TINY_WAN_DIR", write_dataset=write_ocr_prompts,
+                     prepare=stand_in_paddleocr, extra_packages=("imageio", "Levenshtein"),
+                     untrained_epochs=WAN_UNTRAINED_EPOCHS),
 }
 LAUNCHES = {"accelerate": "as upstream launches it: accelerate launch --num_processes {n} --multi_gpu "
                           "-m otca_patch.smoke ... (its main does not run on fewer)",
             "torchrun": "under torchrun, as upstream launches it: torchrun --nproc_per_node 2 -m otca_patch.smoke ... "
                         "(it starts its own process group)"}
-
-
-def filled(value, sizes):
-    """A spec's override ``value`` with each ``"{size}"`` string replaced by that size's value."""
-    if isinstance(value, str) and value.startswith("{") and value.endswith("}"):
-        return getattr(sizes, value[1:-1])
-    if isinstance(value, (list, tuple)):
-        return [filled(item, sizes) for item in value]
-    if isinstance(value, dict):
-        return {key: filled(item, sizes) for key, item in value.items()}
-    return value
-
-
-def sizes_named(value) -> set:
-    """The sizes an override ``value`` names (``"{size}"`` strings, at any depth)."""
-    if isinstance(value, str) and value.startswith("{") and value.endswith("}"):
-        return {value[1:-1]}
-    items = value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple)) else ()
-    return set().union(*(sizes_named(item) for item in items))
 
 
 @dataclass(frozen=True)
@@ -324,7 +262,7 @@ class FlowTrainer:
 
     def tiny_pipeline(self, reward_root: Path) -> Path:
         default = reward_root.parent / f"tiny_{self.smoke.model}"
-        return tiny_model(Path(os.environ.get(self.model.env) or default).resolve(), self.model.build)
+        return built_once(Path(os.environ.get(self.model.env) or default).resolve(), self.model.build)
 
     def run(self, upstream_dir: Path, out_dir: Path, config: OtcaConfig, sizes: FlowSizes, reward_root: Path,
             probe=None) -> dict:
@@ -380,13 +318,7 @@ def trainer(name: str, smoke: Smoke) -> FlowTrainer:
     where = f"target {name}: [target.smoke]"
     if smoke.model not in MODELS:
         raise ValueError(f"{where} model must be one of {', '.join(MODELS)}, got {smoke.model!r}")
-    base = MODELS[smoke.model].sizes
-    sizes = make_dataclass("Sizes", [(key, type(value), field(default=value)) for key, value in smoke.sizes.items()],
-                           bases=(base,)) if smoke.sizes else base
-    unknown = sizes_named(smoke.overrides) - {f.name for f in fields(sizes)}
-    if unknown:
-        raise ValueError(f"{where} overrides name sizes it does not have: {', '.join(sorted(unknown))}")
-    return FlowTrainer(smoke, sizes)
+    return FlowTrainer(smoke, sizes_type(where, MODELS[smoke.model].sizes, smoke.sizes, smoke.overrides))
 
 
 def target_smoke(name: str, smoke: Smoke) -> SimpleNamespace:

@@ -1,5 +1,5 @@
-"""What every smoke target shares: loading the upstream file (untouched or rewritten), the run
-folder, FSDP, the optimizer and smoke.json. A test probe (``--probe FILE.py:NAME``, e.g. the loss-term
+"""What every smoke target shares: its sizes (the spec table's ``sizes`` and ``"{size}"`` values), loading
+the upstream file (untouched or rewritten), the run folder, FSDP, the optimizer and smoke.json. A test probe (``--probe FILE.py:NAME``, e.g. the loss-term
 recorder of tests/upstream/term_probe.py) is built from the upstream module and saved per rank."""
 from __future__ import annotations
 
@@ -8,11 +8,65 @@ import inspect
 import json
 import os
 import sys
+from dataclasses import dataclass, field, fields, make_dataclass
 from pathlib import Path
 
 import torch
 
 from ..config import OtcaConfig
+
+
+@dataclass
+class SmokeSizes:
+    """Every smoke run: training steps (or epochs), the learning rate, the seed of weights and noise.
+    Each field is a flag of ``otca-patch smoke`` (``flags.add_flags``)."""
+
+    steps: int = 2
+    learning_rate: float = 1e-4
+    seed: int = 0
+
+
+@dataclass
+class RolloutSizes(SmokeSizes):
+    """DanceGRPO-family samplers (DanceGRPO's trainers, MixGRPO): small enough for seconds per step on 2
+    CPU cores."""
+
+    sampling_steps: int = 6
+    num_generations: int = 4
+    image_size: int = 32  # pixels; latents are image_size / 8
+    timestep_fraction: float = 0.6
+    eta: float = 0.3
+    shift: float = 3.0
+
+
+def filled(value, sizes):
+    """A spec's override ``value`` with each ``"{size}"`` string replaced by that size's value."""
+    if isinstance(value, str) and value.startswith("{") and value.endswith("}"):
+        return getattr(sizes, value[1:-1])
+    if isinstance(value, (list, tuple)):
+        return [filled(item, sizes) for item in value]
+    if isinstance(value, dict):
+        return {key: filled(item, sizes) for key, item in value.items()}
+    return value
+
+
+def sizes_named(value) -> set:
+    """The sizes an override ``value`` names (``"{size}"`` strings, at any depth)."""
+    if isinstance(value, str) and value.startswith("{") and value.endswith("}"):
+        return {value[1:-1]}
+    items = value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple)) else ()
+    return set().union(*(sizes_named(item) for item in items))
+
+
+def sizes_type(where: str, base: type, table: dict, overrides) -> type:
+    """``base`` with a spec table's ``sizes`` (new flags, or new defaults of its own); ``overrides`` may
+    name only sizes it has (``where``: the spec and table, for the one-line error)."""
+    sizes = make_dataclass("Sizes", [(key, type(value), field(default=value)) for key, value in table.items()],
+                           bases=(base,)) if table else base
+    unknown = sizes_named(overrides) - {f.name for f in fields(sizes)}
+    if unknown:
+        raise ValueError(f"{where} overrides name sizes it does not have: {', '.join(sorted(unknown))}")
+    return sizes
 
 
 def load_upstream(upstream_dir: Path, relative_file: str, config: OtcaConfig, module_name: str):
@@ -41,10 +95,10 @@ def load_upstream(upstream_dir: Path, relative_file: str, config: OtcaConfig, mo
     if config.active:
         from ..launch.runner import load_patched_module
 
-        from . import meter
+        from ..tools import layer_meter
 
         module = load_patched_module(str(path), spec, config, module_name, reason)
-        meter.install(module, Path.cwd())  # the run folder (OTCA_SMOKE_METER=1 only)
+        layer_meter.install(module, Path.cwd())  # the run folder (OTCA_SMOKE_METER=1 only)
         return module
     spec = importlib.util.spec_from_file_location(module_name, path)
     module = importlib.util.module_from_spec(spec)
@@ -90,7 +144,7 @@ def enter_run_folder(out_dir: Path, outputs: str) -> tuple[int, int]:
     """The CPU stand-ins a DanceGRPO step needs (packages checked, flash_attn stubbed, a gloo world),
     then ``out_dir`` as the working directory, where upstream writes ``./<outputs>/`` and its reward
     logs. Returns (rank, world size)."""
-    from . import environment
+    from ..stand_ins import cpu as environment
 
     environment.check_upstream_packages()
     environment.stub_flash_attn()
@@ -106,7 +160,7 @@ def fsdp_wrap(transformer: torch.nn.Module) -> torch.nn.Module:
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
     from fastvideo.utils.fsdp_util import get_dit_fsdp_kwargs
 
-    from . import environment
+    from ..stand_ins import cpu as environment
 
     with environment.cpu_as_current_device():
         fsdp_kwargs, _ = get_dit_fsdp_kwargs(transformer, "full", False, False, "fp32")
@@ -124,7 +178,7 @@ def optimizer_and_schedule(model: torch.nn.Module, learning_rate: float):
 
 def on_device(*modules):
     """``modules`` moved to the smoke device (the CPU unless ``OTCA_SMOKE_DEVICE=cuda``); returns them."""
-    from .environment import smoke_device
+    from ..stand_ins.cpu import smoke_device
 
     device = smoke_device()
     moved = tuple(module.to(device) for module in modules)
@@ -133,7 +187,7 @@ def on_device(*modules):
 
 def device_loader(loader):
     """Upstream's loader wrapper moves each batch to the trainer's device: so does this one."""
-    from .environment import smoke_device
+    from ..stand_ins.cpu import smoke_device
 
     device = smoke_device()
     for batch in loader:
@@ -143,7 +197,7 @@ def device_loader(loader):
 def inputs_on_device(inputs: dict) -> dict:
     """Arguments that come from upstream's data loader, on the smoke device: tensors moved, a loader
     (an iterator of batches) wrapped by ``device_loader``."""
-    from .environment import smoke_device
+    from ..stand_ins.cpu import smoke_device
 
     device = smoke_device()
     return {name: value.to(device) if isinstance(value, torch.Tensor)

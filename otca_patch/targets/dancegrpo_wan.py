@@ -21,8 +21,8 @@ A map of the upstream file and of what each hook point does there:
     hook ``read_step_advantage``: the PPO loss reads ``sample["otca_advantages"][:, _]``.
     hook ``synchronise_gradients``: before upstream's ``clip_grad_norm_``, with ``--otca_sync_grads``,
     every gradient is averaged over ranks. Upstream's ``main`` wraps the transformer in neither FSDP nor
-    DDP, so without it each rank steps on its own gradient and the replicas drift apart (DanceGRPO
-    issue #110). Without the flag the hook does nothing: vanilla stays vanilla.
+    DDP, so without it each rank steps on its own gradient and the replicas drift apart.
+    Without the flag the hook does nothing: vanilla stays vanilla.
 module level  hook ``log_each_step``: ``train_one_step`` is wrapped to write one run-log line per call.
 ``main``  loads ``WanTransformer3DModel`` from ``<pretrained>/transformer``, optionally applies gradient
     checkpointing to its ``WanTransformerBlock``s, trains it without FSDP/DDP, and every

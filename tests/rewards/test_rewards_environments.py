@@ -147,7 +147,7 @@ def test_hpsv2_without_its_vocabulary_and_no_copy_says_so_in_one_line(tmp_path):
 def test_clip_tokenizer_without_a_bpe_file_keeps_clips_size_and_special_ids(tmp_path):
     body = '''
     from otca_patch.rewards import clip_libs
-    from otca_patch.smoke.tiny_text import clip_tokenizer
+    from otca_patch.tiny_models.text import clip_tokenizer
     tokenizer = clip_tokenizer(sys.argv[2])
     ids = tokenizer(["a photo of a cat"])["input_ids"][0]
     print(json.dumps({"bpe": clip_libs.bpe_vocab_file(), "size": len(tokenizer), "ids": ids}))

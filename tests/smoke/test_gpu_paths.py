@@ -12,7 +12,9 @@ import pytest
 import torch
 
 from otca_patch.config import OtcaConfig
-from otca_patch.smoke import environment, harness, meter
+from otca_patch.smoke import harness
+from otca_patch.tools import layer_meter as meter
+from otca_patch.stand_ins import cpu as environment
 from otca_patch.targets.registry import runtime_for
 from fake_cuda import FakeCuda
 

@@ -82,7 +82,7 @@ def test_paths_are_shown_from_the_folder_the_command_started_in_even_after_the_r
 
 def test_the_qwen_image_smoke_without_a_qwen_transformers_says_the_command_that_installs_one(
         one_target, monkeypatch, tmp_path, capsys):
-    from otca_patch.smoke import qwen_transformers
+    from otca_patch.stand_ins import qwen_transformers
 
     if qwen_transformers.environment_has_qwen():
         pytest.skip("this environment's transformers has Qwen2.5-VL: nothing to refuse")

@@ -21,7 +21,7 @@ WORKER = textwrap.dedent("""
         return native(tensor, op=op, group=group, async_op=async_op)
 
     dist.all_reduce = as_torch_2_5
-    from otca_patch.smoke.environment import average_by_sum_on_gloo
+    from otca_patch.stand_ins.cpu import average_by_sum_on_gloo
     average_by_sum_on_gloo()
     average_by_sum_on_gloo()  # installing twice wraps once
     mean = torch.tensor([1.0 + 2 * rank, 10.0 * rank])

@@ -56,8 +56,8 @@ def test_the_tiny_tokenizers_keep_the_prompt(python, tmp_path):
         from pathlib import Path
         import numpy as np, transformers
         from transformers import CLIPTokenizer
-        from otca_patch.smoke.tiny_text import clip_tokenizer
-        from otca_patch.smoke.tiny_qwenimage import byte_level_tokenizer
+        from otca_patch.tiny_models.text import clip_tokenizer
+        from otca_patch.tiny_models.qwenimage import byte_level_tokenizer
         folder, prompt, template, dropped = Path(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4])
         clip = clip_tokenizer(folder / "clip")
         # upstream's call (FlowGRPO train_flux*.py eval / sampling)
@@ -95,9 +95,9 @@ def test_whole_number_float_ids_decode_as_on_transformers_4(python, tmp_path):
         from pathlib import Path
         import numpy as np, torch, transformers
         from transformers.tokenization_utils_base import PreTrainedTokenizerBase
-        from otca_patch.smoke.environment import decode_float_ids_as_transformers_4
-        from otca_patch.smoke.tiny_text import clip_tokenizer
-        from otca_patch.smoke.tiny_qwenimage import byte_level_tokenizer
+        from otca_patch.stand_ins.cpu import decode_float_ids_as_transformers_4
+        from otca_patch.tiny_models.text import clip_tokenizer
+        from otca_patch.tiny_models.qwenimage import byte_level_tokenizer
         native = PreTrainedTokenizerBase.decode
         decode_float_ids_as_transformers_4()
         decode_float_ids_as_transformers_4()  # installing twice wraps once
@@ -126,7 +126,7 @@ def test_whole_number_float_ids_decode_as_on_transformers_4(python, tmp_path):
 
 DDP_WORKER = textwrap.dedent("""
     import json, os, sys, torch
-    from otca_patch.smoke.environment import accelerate_as_on_gpus
+    from otca_patch.stand_ins.cpu import accelerate_as_on_gpus
     accelerate_as_on_gpus()
     from accelerate import Accelerator
     accelerator = Accelerator()
@@ -162,7 +162,7 @@ def test_accelerate_wraps_in_ddp_on_two_cpu_processes_as_on_two_gpus(python, tmp
 def test_the_accelerate_stand_in_leaves_one_process_and_the_gpu_alone(monkeypatch):
     import torch
 
-    from otca_patch.smoke import environment as smoke_environment
+    from otca_patch.stand_ins import cpu as smoke_environment
 
     monkeypatch.delenv("ACCELERATE_USE_CPU", raising=False)
     monkeypatch.setenv("WORLD_SIZE", "1")  # one GPU: accelerate does not wrap; MULTI_CPU would

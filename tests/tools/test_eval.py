@@ -9,7 +9,7 @@ import torch
 from PIL import Image
 
 from otca_patch.evaluation.cli import main
-from otca_patch.smoke.tiny_flux import build_tiny_flux, save_dancegrpo_checkpoint, tiny_transformer
+from otca_patch.tiny_models.flux import build_tiny_flux, save_dancegrpo_checkpoint, tiny_transformer
 from otca_patch.rewards import RewardSet, tiny
 
 HEADER = "| checkpoint | CLIP-T | Aesthetic | HPSv2.1 | PickScore | ImageReward |"

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from otca_patch.credit import CreditConfig, credit_from_progress
-from otca_patch.smoke.dancegrpo_flux import Sizes, upstream_args
+from otca_patch.smoke.dancegrpo import trainer_named
 
 from .conftest import (assert_same_update, cached_runs, float32_advantage_tolerance, ppo_terms, run_smoke,
                        with_startup_hook)
@@ -14,7 +14,8 @@ from .conftest import (assert_same_update, cached_runs, float32_advantage_tolera
 pytestmark = pytest.mark.upstream
 
 STEPS = ["--steps", "2"]
-ARGS = upstream_args(Sizes())  # what train_one_step reads in every run here (no size flag is changed)
+TRAINER = trainer_named("dancegrpo-flux")
+ARGS = TRAINER.upstream_args(TRAINER.sizes())  # what train_one_step reads in every run here (no size flag is changed)
 
 
 @pytest.fixture(scope="module")

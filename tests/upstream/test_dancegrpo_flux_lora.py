@@ -1,7 +1,7 @@
 """DanceGRPO's real FLUX LoRA ``train_one_step`` on the CPU, rewritten by the layer (``pytest -m upstream``)."""
 import pytest
 
-from otca_patch.smoke.dancegrpo_flux import PROMPTS
+from otca_patch.tiny_models.text import IMAGE_PROMPTS as PROMPTS
 
 from .image_trainer_checks import ImageTrainerChecks
 

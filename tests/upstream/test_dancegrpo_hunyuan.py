@@ -6,7 +6,7 @@ import torch
 
 from otca_patch.credit import CreditConfig, credit_from_progress
 
-from otca_patch.smoke.dancegrpo_hunyuan import Sizes, upstream_args
+from otca_patch.smoke.dancegrpo import trainer_named
 
 from .conftest import cached_runs, ppo_terms, refused_mutation, run_smoke
 
@@ -14,7 +14,8 @@ pytestmark = pytest.mark.upstream
 
 HY = ["--target", "dancegrpo-hunyuan"]
 VQ_MQ = ["--otca_rewards", "upstream.vq,upstream.mq"]
-ARGS = upstream_args(Sizes())  # what train_one_step reads in every run here (no size flag is changed)
+TRAINER = trainer_named("dancegrpo-hunyuan")
+ARGS = TRAINER.upstream_args(TRAINER.sizes())  # what train_one_step reads in every run here (no size flag is changed)
 UPSTREAM_CLIPS = dict(clip_range=1e-4, adv_clip_max=5.0)  # fixed in upstream's train_one_step, not arguments
 
 

@@ -9,8 +9,8 @@ import torch
 from otca_patch.env_names import ARGS
 from otca_patch.credit import CreditConfig, credit_from_progress, similarity_to_final, step_progress
 from otca_patch.launch.wrapper import STARTUP_DIR
-from otca_patch.smoke.dancegrpo_hunyuan import StubVideoAlign
-from otca_patch.smoke.dancegrpo_skyreels_i2v import Sizes, upstream_args
+from otca_patch.smoke.dancegrpo import trainer_named
+from otca_patch.stand_ins.video_align import StubVideoAlign
 
 from .conftest import REPO, cached_runs, ppo_terms, refused_mutation, run_smoke
 
@@ -20,7 +20,8 @@ SKYREELS = ["--target", "dancegrpo-skyreels-i2v"]
 STEPS = [*SKYREELS, "--steps", "2"]
 PRESENT = {ARGS: "--otca_mode tcd", "PYTHONPATH": os.pathsep.join([str(STARTUP_DIR), str(REPO)])}
 VIDEOALIGN = ["upstream.vq", "upstream.mq", "upstream.ta"]
-ARGS = upstream_args(Sizes())  # what train_one_step reads in every run here (no size flag is changed)
+TRAINER = trainer_named("dancegrpo-skyreels-i2v")
+ARGS = TRAINER.upstream_args(TRAINER.sizes())  # what train_one_step reads in every run here (no size flag is changed)
 FIXED = {"clip_range": 1e-4, "adv_clip_max": 5.0}  # fixed in upstream's train_one_step, not arguments
 
 

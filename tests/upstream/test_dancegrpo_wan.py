@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from otca_patch.credit import CreditConfig, credit_from_progress
-from otca_patch.smoke.dancegrpo_wan import Sizes, upstream_args
+from otca_patch.smoke.dancegrpo import trainer_named
 
 from .conftest import (assert_same_update, cached_runs, float32_advantage_tolerance, ppo_terms, refused_mutation,
                        run_smoke, with_startup_hook)
@@ -15,7 +15,8 @@ pytestmark = pytest.mark.upstream
 
 WAN = ["--target", "dancegrpo-wan"]
 STEPS = [*WAN, "--steps", "2"]
-ARGS = upstream_args(Sizes())  # what train_one_step reads in every run here (no size flag is changed)
+TRAINER = trainer_named("dancegrpo-wan")
+ARGS = TRAINER.upstream_args(TRAINER.sizes())  # what train_one_step reads in every run here (no size flag is changed)
 
 
 @pytest.fixture(scope="module")

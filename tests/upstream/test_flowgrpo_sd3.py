@@ -190,11 +190,12 @@ def test_doctor_passes_on_the_pinned_checkout(flow_grpo):
 
 def _launch_through_otca_run(checkout: Path, out: Path, tiny_sd3: dict, *flags: str):
     """FlowGRPO's own command line, unchanged after --, run from the checkout as its README does."""
-    from otca_patch.smoke.flowgrpo import tiny_model, trainer_named
+    from otca_patch.smoke.flowgrpo import trainer_named
+    from otca_patch.tiny_models.datasets import built_once
 
     sd3 = trainer_named("flowgrpo-sd3")
     out.mkdir(parents=True, exist_ok=True)
-    model = tiny_model(Path(tiny_sd3["OTCA_TINY_SD3_DIR"]), sd3.model.build)
+    model = built_once(Path(tiny_sd3["OTCA_TINY_SD3_DIR"]), sd3.model.build)
     config_flag = sd3.write_config(out, checkout.resolve(), sd3.sizes(), model)
     command = [str(REPO / "scripts" / "otca_run.sh"), *flags, "--", *accelerate_launch(1),
                "scripts/train_sd3.py", "--config", config_flag]

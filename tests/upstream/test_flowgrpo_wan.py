@@ -2,7 +2,7 @@
 (gloo, 2 processes), rewritten by the layer (``pytest -m upstream``). Each run trains 2 epochs (after
 upstream's two epochs that sample nothing) of a tiny Wan2.1: 5 frames at 32 x 32 pixels, 4 sampling
 steps, 3 trained (timestep_fraction 0.75), 4 videos per process, 2 prompts x 4 videos, upstream's
-``video_ocr`` x 2 (PaddleOCR's engine stood in by the smoke: ``flowgrpo_wan.StandInOcr``).
+``video_ocr`` x 2 (PaddleOCR's engine stood in by the smoke: ``stand_ins.flowgrpo.StandInOcr``).
 
 Upstream's advantage is ``[B, S]``, one column per sampling step; the layer's is the engine's credit
 in that shape (column j is step j), and the loop trains the first T columns. The registry objective

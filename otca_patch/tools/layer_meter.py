@@ -96,7 +96,7 @@ class LayerMeter:
 def install(module, out_dir: Path) -> None:
     """Meter the runtime of a patched upstream ``module`` (nothing for a vanilla run)."""
     from ..hooks.rewrite import RUNTIME_NAME
-    from .environment import smoke_device
+    from ..stand_ins.cpu import smoke_device
 
     runtime = getattr(module, RUNTIME_NAME, None)
     if runtime is None or not wanted():

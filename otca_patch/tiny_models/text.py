@@ -12,6 +12,14 @@ from pathlib import Path
 #: The words the tiny prompts use; anything else maps to <unk>.
 TINY_WORDS = ("a", "an", "the", "red", "blue", "green", "yellow", "circle", "square", "triangle", "star", "on",
               "in", "at", "over", "white", "background", "snow", "night", "sea", "photo", "of", "cat", "dog")
+#: captions of the image runs on tiny models (the tiny text encoders map each to fixed random embeddings)
+IMAGE_PROMPTS = ("a red circle on a white background", "a blue square in the snow", "a green triangle at night",
+                 "a yellow star over the sea")
+#: captions of the video runs on tiny models
+VIDEO_PROMPTS = ("a red ball rolling on grass", "a blue car driving in the snow", "a green kite in the wind",
+                 "a yellow boat on the sea")
+
+
 #: <pad>, </s>, <unk> come first.
 T5_VOCAB_SIZE = 3 + len(TINY_WORDS)
 

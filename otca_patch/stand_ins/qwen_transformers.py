@@ -4,7 +4,7 @@ Qwen-Image's text encoder is Qwen2.5-VL (transformers 4.49 or later). An environ
 older transformers for its other trainers (this repository's ``.venv`` keeps DanceGRPO's 4.46.1)
 installs a newer one into a folder of its own, which only the Qwen-Image smoke processes import
 first: ``$OTCA_QWEN_TRANSFORMERS``, else ``qwen-transformers`` inside the environment
-(``.venv/qwen-transformers``, which scripts/setup.sh fills). ``python -m otca_patch.smoke.qwen_transformers``
+(``.venv/qwen-transformers``, which scripts/setup.sh fills). ``python -m otca_patch.stand_ins.qwen_transformers``
 installs it there.
 """
 from __future__ import annotations

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from .tiny_text import T5_VOCAB_SIZE, clip_tokenizer, t5_tokenizer
+from .text import T5_VOCAB_SIZE, clip_tokenizer, t5_tokenizer
 
 #: words of the tiny T5 vocabulary (anything else maps to <unk>)
 

@@ -13,16 +13,33 @@ from pathlib import Path
 
 import torch
 
-from .tiny_text import T5_VOCAB_SIZE, clip_tokenizer, t5_tokenizer
+from .text import T5_VOCAB_SIZE, clip_tokenizer, t5_tokenizer
 
 #: words of the tiny T5 vocabulary (anything else maps to <unk>)
 
+def flux_transformer():
+    """diffusers' ``FluxTransformer2DModel``, one block of each kind, 32-wide text conditioning, 64
+    packed latent channels (from the current seed)."""
+    from diffusers import FluxTransformer2DModel
+
+    return FluxTransformer2DModel(patch_size=1, in_channels=64, num_layers=1, num_single_layers=1,
+                                  attention_head_dim=16, num_attention_heads=2, joint_attention_dim=32,
+                                  pooled_projection_dim=32, guidance_embeds=True, axes_dims_rope=(4, 4, 8))
+
+
+def flux_vae():
+    """A four-block ``AutoencoderKL``: the 8x downsampling upstream hard-codes; 16 latent channels as FLUX's VAE."""
+    from diffusers import AutoencoderKL
+
+    return AutoencoderKL(in_channels=3, out_channels=3, down_block_types=("DownEncoderBlock2D",) * 4,
+                         up_block_types=("UpDecoderBlock2D",) * 4, block_out_channels=(8, 8, 8, 8),
+                         latent_channels=16, layers_per_block=1, norm_num_groups=4)
+
+
 def tiny_transformer(seed: int = 0):
     """The smoke runs' tiny FLUX transformer, initialised from ``seed``."""
-    from .dancegrpo_flux import tiny_transformer as untrained
-
     torch.manual_seed(seed)
-    return untrained()
+    return flux_transformer()
 
 
 def build_tiny_flux(folder: str | Path, seed: int = 0) -> Path:

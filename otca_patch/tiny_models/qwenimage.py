@@ -31,6 +31,23 @@ VISION_PIXELS = 56 * 56
 TEXT_WIDTH = 32
 
 
+def qwenimage_transformer():
+    """diffusers' ``QwenImageTransformer2DModel``, one block, 32-wide text conditioning, 64 packed channels."""
+    from diffusers import QwenImageTransformer2DModel
+
+    return QwenImageTransformer2DModel(patch_size=2, in_channels=64, out_channels=16, num_layers=1,
+                                       attention_head_dim=16, num_attention_heads=2, joint_attention_dim=32,
+                                       guidance_embeds=False, axes_dims_rope=(4, 6, 6))
+
+
+def qwenimage_vae():
+    """diffusers' ``AutoencoderKLQwenImage``: 8x spatial downsampling, 16 latent channels (as upstream hard-codes)."""
+    from diffusers import AutoencoderKLQwenImage
+
+    return AutoencoderKLQwenImage(base_dim=8, z_dim=16, dim_mult=[1, 1, 1, 1], num_res_blocks=1, attn_scales=[],
+                                  temperal_downsample=[False, False, False])
+
+
 def byte_level_tokenizer(folder: Path, extra_tokens: tuple = ()):
     """A ``Qwen2Tokenizer``, as Qwen-Image ships (the slow one under transformers 4), over the 256
     byte-level symbols with no merges and ``SPECIAL_TOKENS`` (plus ``extra_tokens``); its vocab.json /
@@ -75,16 +92,14 @@ def build_tiny_qwenimage(folder: str | Path, seed: int = 0) -> Path:
     """Write the pipeline folder (an existing complete folder is reused)."""
     from diffusers import FlowMatchEulerDiscreteScheduler, QwenImagePipeline
 
-    from .dancegrpo_qwenimage import tiny_transformer, tiny_vae
-
     folder = Path(folder)
     if (folder / "model_index.json").is_file():
         return folder
     torch.manual_seed(seed)
     tokenizer = byte_level_tokenizer(folder)
     text_encoder = tiny_text_encoder(tokenizer)  # initialised first: the weights of earlier runs
-    pipeline = QwenImagePipeline(scheduler=FlowMatchEulerDiscreteScheduler(shift=3.0), vae=tiny_vae(),
-                                 text_encoder=text_encoder, tokenizer=tokenizer, transformer=tiny_transformer())
+    pipeline = QwenImagePipeline(scheduler=FlowMatchEulerDiscreteScheduler(shift=3.0), vae=qwenimage_vae(),
+                                 text_encoder=text_encoder, tokenizer=tokenizer, transformer=qwenimage_transformer())
     pipeline.save_pretrained(str(folder), safe_serialization=True)
     return folder
 
@@ -106,8 +121,6 @@ def build_tiny_qwenimage_edit(folder: str | Path, seed: int = 0) -> Path:
     from diffusers import AutoencoderKLQwenImage, FlowMatchEulerDiscreteScheduler, QwenImageEditPipeline
     from transformers import Qwen2VLImageProcessorFast, Qwen2VLProcessor
 
-    from .dancegrpo_qwenimage import tiny_transformer
-
     folder = Path(folder)
     if (folder / "model_index.json").is_file():
         return folder
@@ -120,6 +133,6 @@ def build_tiny_qwenimage_edit(folder: str | Path, seed: int = 0) -> Path:
                                  temperal_downsample=[False] * 6)
     pipeline = QwenImageEditPipeline(scheduler=FlowMatchEulerDiscreteScheduler(shift=3.0), vae=vae,
                                      text_encoder=tiny_text_encoder(tokenizer), tokenizer=tokenizer,
-                                     processor=processor, transformer=tiny_transformer())
+                                     processor=processor, transformer=qwenimage_transformer())
     pipeline.save_pretrained(str(folder), safe_serialization=True)
     return folder

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from .tiny_text import clip_tokenizer
+from .text import clip_tokenizer
 
 
 def build_tiny_sd(folder: str | Path, seed: int = 0) -> Path:
