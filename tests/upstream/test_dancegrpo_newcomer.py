@@ -13,7 +13,7 @@ def newcomer_spec() -> str:
     text = (PACKAGED_PATCHES_DIR / "dancegrpo" / "train_grpo_flux.toml").read_text()
     renamed = text.replace('"dancegrpo-flux"', '"dancegrpo-flux-newcomer"').replace(
         "fastvideo/train_grpo_flux.py", "fastvideo/train_grpo_flux_newcomer.py")
-    assert renamed.count("newcomer") == 2 and "[target.smoke]" not in renamed  # nothing of its own but name and file
+    assert "[target.smoke]" not in renamed  # nothing of its own but its name and file
     return renamed
 
 
