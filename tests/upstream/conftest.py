@@ -5,6 +5,7 @@ Without one a test skips with the reason, and fails under CI. Smoke runs go thro
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -75,8 +76,16 @@ def run_smoke(upstream: Path, out: Path, *flags: str, env: dict | None = None, n
     completed = subprocess.run(command, capture_output=True, text=True, timeout=900,
                                env={**os.environ, **(env or {})}, cwd=REPO)
     if check and completed.returncode != 0:
-        raise AssertionError(f"smoke run failed ({completed.returncode}):\n{completed.stderr[-4000:]}")
+        raise AssertionError(f"smoke run failed ({completed.returncode}):\n{error_lines(completed.stderr)}"
+                             f"{completed.stderr[-4000:]}")
     return SmokeRun(out, completed)
+
+
+def error_lines(stderr: str) -> str:
+    """Every exception line of every rank: with two ranks the tail holds the second failure only (a peer's
+    'Connection closed by peer'), and the first, its cause, may lie further up."""
+    errors = re.findall(r"^(?:\[rank\d+\]: )?\s*(?:[A-Za-z_][\w.]*(?:Error|Exception)|smoke: .*)\b.*$", stderr, re.M)
+    return "".join(f"  {line.strip()[:400]}\n" for line in dict.fromkeys(errors)) + ("---- the end of stderr:\n" if errors else "")
 
 
 def doctor(checkout: Path) -> subprocess.CompletedProcess:
