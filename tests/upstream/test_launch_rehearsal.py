@@ -1,6 +1,6 @@
-"""The launch rehearsal of DanceGRPO's trainers, end to end (``pytest -m upstream``): upstream's
-``main()`` under its own torchrun line, 2 processes, its DataLoader workers, run with no wrapper,
-under ``otca-patch launch`` and under ``--otca``; each line must be PASS with every field."""
+"""The launch rehearsal of DanceGRPO's and MixGRPO's trainers, end to end (``pytest -m upstream``):
+upstream's ``main()`` under its own torchrun line, 2 processes, its DataLoader workers, run with no
+wrapper, under ``otca-patch launch`` and under ``--otca``; each line must be PASS with every field."""
 import os
 import re
 import subprocess
@@ -17,10 +17,11 @@ pytestmark = pytest.mark.upstream
 HUNYUAN_REWARD = re.compile(r"^vq/mq reward (\S+) (\S+)$", re.M)
 
 
-def rehearse(target: str, dancegrpo: Path, out: Path) -> dict[str, str]:
-    """The fields of ``target``'s PASS line (the test fails on a FAIL line or a failed rehearsal)."""
+def rehearse(target: str, checkout: dict[str, str], out: Path) -> dict[str, str]:
+    """The fields of ``target``'s PASS line (the test fails on a FAIL line or a failed rehearsal);
+    ``checkout``: the variable naming the upstream checkout, and its path."""
     done = subprocess.run([sys.executable, "-m", "otca_patch.rehearsal", "--out", str(out), target],
-                          cwd=REPO, env={**os.environ, "OTCA_UPSTREAM_DANCEGRPO": str(dancegrpo)},
+                          cwd=REPO, env={**os.environ, **checkout},
                           capture_output=True, text=True, timeout=3600)
     found = re.search(rf"^(PASS|FAIL) {target} (.*)$", done.stdout, re.M)
     assert found, done.stdout + done.stderr[-3000:]
@@ -33,14 +34,14 @@ def rehearse(target: str, dancegrpo: Path, out: Path) -> dict[str, str]:
 
 
 def test_dancegrpo_flux_rehearses_end_to_end(dancegrpo, tmp_path):
-    fields = rehearse("dancegrpo-flux", dancegrpo, tmp_path)
+    fields = rehearse("dancegrpo-flux", {"OTCA_UPSTREAM_DANCEGRPO": str(dancegrpo)}, tmp_path)
     assert fields == {"ranks": "2", "dataloader_workers": "4", "steps": fields["steps"], "checkpoint": "yes",
                       "vanilla": "identical", "credit": "reference"}
     assert int(fields["steps"]) >= 3
 
 
 def test_dancegrpo_hunyuan_rehearses_end_to_end(dancegrpo, tmp_path):
-    fields = rehearse("dancegrpo-hunyuan", dancegrpo, tmp_path)
+    fields = rehearse("dancegrpo-hunyuan", {"OTCA_UPSTREAM_DANCEGRPO": str(dancegrpo)}, tmp_path)
     # upstream's best-of-8 over 4 accumulation steps: 2 optimizer steps per training step, 2 training steps
     assert fields == {"ranks": "2", "dataloader_workers": "4", "steps": "4", "checkpoint": "yes",
                       "vanilla": "identical", "credit": "reference"}
@@ -52,3 +53,22 @@ def test_dancegrpo_hunyuan_rehearses_end_to_end(dancegrpo, tmp_path):
         assert all(pair != (-1.0, -1.0) for pair in rewards), f"{run}: VideoAlign's call failed inside upstream"
     replaced = (tmp_path / "dancegrpo-hunyuan" / "replacements.txt").read_text()
     assert "VideoVLMRewardInference" in replaced and "flash_attn_no_pad" in replaced
+
+
+def test_mixgrpo_flux_rehearses_end_to_end(mixgrpo, tmp_path):
+    """MixGRPO's ``main`` never ends by itself: the launch is stopped once 2 training steps and the
+    checkpoint are done."""
+    fields = rehearse("mixgrpo-flux", {"OTCA_UPSTREAM_MIXGRPO": str(mixgrpo)}, tmp_path)
+    # upstream's launch line: 2 training steps, each 4 optimizer steps (its gradient accumulation)
+    assert fields == {"ranks": "2", "dataloader_workers": "4", "steps": "8", "checkpoint": "yes",
+                      "vanilla": "identical", "credit": "reference"}
+    replaced = (tmp_path / "mixgrpo-flux" / "replacements.txt").read_text()
+    assert "stopped (SIGTERM) once 2 training steps and the checkpoint are done" in replaced
+
+
+def test_every_rehearsal_target_is_rehearsed_by_a_test_here():
+    """CI's launch rehearsal is these tests: a target added to the rehearsal needs its test beside them."""
+    from otca_patch.rehearsal.__main__ import families
+
+    tests = "".join(path.read_text() for path in Path(__file__).parent.glob("test_*rehears*.py"))
+    assert [target for target in families() if f'"{target}"' not in tests] == []

@@ -1,5 +1,6 @@
 """The FlowGRPO launch rehearsal on upstream's own checkout: the command is upstream's launch line with
-only the CPU's options changed, and flowgrpo-sd3 rehearses end to end (three runs, one PASS line)."""
+only the CPU's options changed, and each rehearsed FlowGRPO trainer rehearses end to end (three runs, one
+PASS line)."""
 from __future__ import annotations
 
 import json
@@ -63,13 +64,18 @@ def test_the_command_is_upstreams_launch_line_with_only_the_cpu_options_changed(
     assert settings["named"] == upstream_line[-1].split(":")
 
 
-def test_flowgrpo_sd3_rehearses_end_to_end(flow_grpo, flow_grpo_9745241, tmp_path):
+#: target -> its training DataLoader's workers as upstream's config sets them (Qwen-Image's config: 1)
+REHEARSED = {"flowgrpo-sd3": 8, "flowgrpo-flux": 8, "flowgrpo-qwenimage": 1}
+
+
+@pytest.mark.parametrize("target", sorted(REHEARSED))
+def test_each_flowgrpo_trainer_rehearses_end_to_end(flow_grpo, flow_grpo_9745241, tmp_path, target):
     env = {**os.environ, **checkout_env(flow_grpo, flow_grpo_9745241)}
-    done = subprocess.run([sys.executable, "-m", "otca_patch.rehearsal", "--out", str(tmp_path), "flowgrpo-sd3"],
+    done = subprocess.run([sys.executable, "-m", "otca_patch.rehearsal", "--out", str(tmp_path), target],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=3600)
     lines = done.stdout.splitlines()
-    assert "PASS flowgrpo-sd3 ranks=2 dataloader_workers=8 steps=3 checkpoint=yes vanilla=identical " \
-           "credit=reference" in lines, done.stdout + done.stderr[-4000:]
+    assert f"PASS {target} ranks=2 dataloader_workers={REHEARSED[target]} steps=3 checkpoint=yes " \
+           "vanilla=identical credit=reference" in lines, done.stdout + done.stderr[-4000:]
     assert re.match(r"launch rehearsal: passed \(1 targets\) in \d+ s", lines[-1]), lines[-1]
     assert done.returncode == 0
 
