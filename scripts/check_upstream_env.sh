@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Prove otca-patch in an upstream's own training environment:
-#   scripts/check_upstream_env.sh dancegrpo|flowgrpo|mixgrpo
+#   scripts/check_upstream_env.sh dancegrpo|flowgrpo|flowgrpo-diffusers|mixgrpo [--build]
 # 1. builds the environment envs/NAME.txt defines (Python 3.10; each `# step:` of the file is one
 #    `pip install`, in the order of upstream's own instructions), once: it is cached under
 #    $OTCA_ENV_CACHE (default ~/.cache/otca-envs) and reused while the pins file is unchanged;
@@ -14,11 +14,19 @@
 # The upstream checkout: $OTCA_UPSTREAM_DANCEGRPO / _FLOW_GRPO / _MIXGRPO, the populated
 # submodule, or the pinned snapshot in ../shared/upstream/ (unpacked to a temporary folder).
 # OTCA_PYTHON310 picks the interpreter (default: pyenv's 3.10, else python3.10 on PATH).
+# --build: step 1 only (with an overlay's base), then exit; .ci/run builds the environments two at a time
+# this way before it checks them one after another.
 set -euo pipefail
 # the whole script is one function, read before it runs: editing the file meanwhile cannot change a run
 main() {
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 name="${1:-}"
+build_only=0
+case "${2:-}" in
+  '') ;;
+  --build) build_only=1 ;;
+  *) echo "$0: unknown option '$2' (the only one is --build)" >&2; exit 2 ;;
+esac
 case "$name" in
   dancegrpo) upstream_name=DanceGRPO; upstream_var=OTCA_UPSTREAM_DANCEGRPO; marker=fastvideo/train_grpo_flux.py ;;
   mixgrpo) upstream_name=MixGRPO; upstream_var=OTCA_UPSTREAM_MIXGRPO; marker=fastvideo/train_grpo_flux.py ;;
@@ -28,7 +36,7 @@ case "$name" in
   # the Kontext / Qwen-Image trainers: envs/flowgrpo.txt with envs/overlays/flowgrpo-diffusers.txt layered on top
   flowgrpo-diffusers) upstream_name=flow_grpo; upstream_var=OTCA_UPSTREAM_FLOW_GRPO; marker=scripts/train_sd3.py
     snapshot_commit=9745241; overlay="$repo/envs/overlays/$name.txt" ;;
-  *) echo "usage: $0 dancegrpo|flowgrpo|flowgrpo-diffusers|mixgrpo" >&2; exit 2 ;;
+  *) echo "usage: $0 dancegrpo|flowgrpo|flowgrpo-diffusers|mixgrpo [--build]" >&2; exit 2 ;;
 esac
 overlay="${overlay:-}"
 base_name="$name"
@@ -135,6 +143,7 @@ if [ -n "$overlay" ]; then
   base_env="$env"
   env="$layer"
 fi
+if [ "$build_only" = 1 ]; then say "built: $env"; exit 0; fi
 py="$env/bin/python"
 "$py" -m pip check >&2 || say "note: pip check reports the conflicts above inside upstream's own pins"
 

@@ -226,7 +226,7 @@ launch_limit="${OTCA_GPU_CHECK_LAUNCH_S:-$( [ "$rehearse" = 1 ] && echo 1500 || 
 # On the CPU stand-in for the GPU machine (torch 2.11), upstream's FSDP checkpoint save cannot gather
 # its full state dict (setStorage: "out of bounds for storage of size 0"), and Qwen-Image's FSDP run
 # segfaults: those targets run on the GPU and, on the CPU, in the dev environment's rehearsal
-# (scripts/launch_rehearsal.sh, which CI runs), not in this rehearsal.
+# (scripts/launch_rehearsal.sh; in CI, the suite's upstream tests rehearse each target), not in this rehearsal.
 cpu_standin_gaps="dancegrpo-flux dancegrpo-hunyuan mixgrpo-flux flowgrpo-qwenimage"
 # On the GPU, one target per upstream by default (three launches each fit the call's minutes);
 # OTCA_GPU_CHECK_LAUNCH_TARGETS names others, or the targets given on the command line do.

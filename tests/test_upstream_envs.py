@@ -7,7 +7,9 @@ is named by upstream's install instructions, at the version they pin where they 
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -92,6 +94,19 @@ def test_check_script_knows_every_pins_file():
     assert pinned == sorted(ENVIRONMENTS)
     for name in pinned:
         assert re.search(rf"^\s+{name}\)", script, re.M) and re.search(rf"for env in .*\b{name}\b", ci)
+    # every environment CI checks, overlays included, is built first, two lanes side by side
+    checked = re.search(r"^for env in (.*); do", ci, re.M).group(1).split()
+    built = re.findall(r"check_upstream_env\.sh (\S+) --build", ci)
+    assert sorted(built) == sorted(checked) and set(pinned) <= set(checked)
+
+
+def test_check_script_refuses_an_unknown_option_before_it_builds_anything(tmp_path):
+    done = subprocess.run([str(REPO / "scripts" / "check_upstream_env.sh"), "dancegrpo", "--biuld"],
+                          capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "OTCA_ENV_CACHE": str(tmp_path / "cache")})
+    assert done.returncode == 2
+    assert "unknown option '--biuld' (the only one is --build)" in done.stderr
+    assert not (tmp_path / "cache").exists()
 
 
 def test_readme_commands_reject_what_the_check_cannot_verify():
