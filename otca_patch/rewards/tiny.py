@@ -39,6 +39,14 @@ def write_whole(path: Path, text: str) -> None:
     os.replace(partial, path)
 
 
+def save_whole(path: Path, save) -> None:
+    """``save(file)`` writes a checkpoint; ``path`` then holds it whole, never a part, for the same reason
+    as ``write_whole`` (two ranks' ``torch.save`` of one file: a rank read the other's truncated file)."""
+    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    save(str(partial))
+    os.replace(partial, path)
+
+
 def _register_config(root: Path, name: str, add_model_config) -> None:
     folder = root / f"configs-{name}"
     folder.mkdir(parents=True, exist_ok=True)
@@ -82,7 +90,7 @@ def build_clip(root: Union[str, Path], seed: int = 0) -> Path:
         model = open_clip.create_model(arch, pretrained=None, force_quick_gelu=True)
     path = root / "clip" / "open_clip_model.safetensors"
     path.parent.mkdir(parents=True, exist_ok=True)
-    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(path))
+    save_whole(path, lambda file: save_file({k: v.contiguous() for k, v in model.state_dict().items()}, file))
     return path
 
 
@@ -125,7 +133,7 @@ def build_aesthetic_head(root: Union[str, Path], embed_dim: int = 32, seed: int 
     head = LinearHead([embed_dim, 1024, 128, 64, 16, 1])
     path = Path(root) / "aesthetic" / "sac+logos+ava1-l14-linearMSE.pth"
     path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save(head.state_dict(), path)
+    save_whole(path, lambda file: torch.save(head.state_dict(), file))
     return path
 
 
@@ -138,7 +146,7 @@ def build_hpsv2(root: Union[str, Path], seed: int = 2) -> Path:
     model = hps_open_clip.create_model(arch, pretrained=None, precision="fp32", device="cpu")
     path = root / "hpsv2" / "HPS_v2.1_compressed.pt"
     path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save({"state_dict": model.state_dict()}, path)
+    save_whole(path, lambda file: torch.save({"state_dict": model.state_dict()}, file))
     return path
 
 
@@ -251,7 +259,7 @@ def build_imagereward(root: Union[str, Path], seed: int = 4) -> Path:
     state.update({f"mlp.{k}": v for k, v in head.state_dict().items()})
     state.update({"blip.vision_proj.weight": torch.randn(16, 64), "blip.vision_proj.bias": torch.zeros(16),
                   "blip.text_proj.weight": torch.randn(16, 64), "blip.text_proj.bias": torch.zeros(16)})
-    torch.save(state, folder / "ImageReward.pt")
+    save_whole(folder / "ImageReward.pt", lambda file: torch.save(state, file))
     return folder
 
 
