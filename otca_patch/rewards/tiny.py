@@ -31,20 +31,18 @@ _TINY_CLIP_CFG = {
 }
 
 
-def write_whole(path: Path, text: str) -> None:
-    """``path`` holds ``text`` or its old content, never a part: the ranks of a smoke run build the same
-    tiny files in one folder, and one rank may read a file while another writes it."""
-    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
-    partial.write_text(text, encoding="utf-8")
-    os.replace(partial, path)
-
-
 def save_whole(path: Path, save) -> None:
-    """``save(file)`` writes a checkpoint; ``path`` then holds it whole, never a part, for the same reason
-    as ``write_whole`` (two ranks' ``torch.save`` of one file: a rank read the other's truncated file)."""
+    """``save(file)`` writes ``path``'s content; ``path`` then holds it or its old content, never a part: the
+    ranks of a smoke run build the same tiny files in one folder, and one rank may read a file while another
+    writes it (a ``torch.save`` over the file truncated it under the reading rank)."""
     partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
     save(str(partial))
     os.replace(partial, path)
+
+
+def write_whole(path: Path, text: str) -> None:
+    """``path`` holds ``text`` or its old content, never a part (``save_whole``)."""
+    save_whole(path, lambda file: Path(file).write_text(text, encoding="utf-8"))
 
 
 def _register_config(root: Path, name: str, add_model_config) -> None:
