@@ -18,6 +18,9 @@ cd "$repo"
 workers="${OTCA_TEST_WORKERS:-2}"
 case "$workers" in ''|*[!0-9]*|0) echo "test.sh: OTCA_TEST_WORKERS must be a whole number >= 1, not '$workers'" >&2; exit 2 ;; esac
 parallel=(-n "$workers" --dist loadfile)
+# one torch thread per test process unless told otherwise: the workers (and the smoke runs they start)
+# already fill the cores, and two workers of two threads each on two cores ran a smoke in 1.2x the time
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 for arg in "$@"; do
   case "$arg" in -n|-n*|--numprocesses|--numprocesses=*|no:xdist|-pno:xdist) parallel=() ;; esac
 done

@@ -10,6 +10,8 @@ import hypothesis  # noqa: F401
 
 import pytest
 
+import upstream_snapshots as snapshots
+
 #: ``./scripts/test.sh -m quick``: a first check in a few minutes on 2 cores (the CLI and its flags, the
 #: credit math, the hook engine, the layering), leaving out what runs upstream trainers, launches or
 #: the demo. A file's tests marked ``slow`` or ``upstream`` stay out of it.
@@ -33,6 +35,21 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.quick)
     # a stable sort: each file's tests keep their order, and every xdist worker collects the same order
     items.sort(key=lambda item: not item.path.as_posix().endswith(FIRST_FILES))
+
+
+def _skip_reason(longrepr) -> str:
+    return longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Under CI (``CI=true``) a skipped test fails, whatever skipped it (``upstream_snapshots.missing``, a
+    ``skipif`` mark, ``importorskip``): CI runs every test, and a skip there would hide what it did not run."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.skipped and not hasattr(report, "wasxfail") and snapshots.in_ci():
+        report.outcome = "failed"
+        report.longrepr = f"CI=true and this test skipped ({_skip_reason(report.longrepr)}): CI runs every test"
 
 
 @pytest.fixture(autouse=True)

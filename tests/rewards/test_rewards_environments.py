@@ -18,6 +18,7 @@ import torch
 
 from otca_patch.rewards import clip_libs, load, tiny
 from otca_patch.rewards.packages import missing_package
+from upstream_snapshots import missing
 
 REPO = Path(__file__).resolve().parents[2]
 PROMPTS = ["a photo of a cat", "a red car on the road"]
@@ -185,7 +186,7 @@ def test_hpsv2s_vocabulary_is_copied_whole_under_its_own_name(tmp_path, monkeypa
 
     source = clip_libs.bpe_vocab_file()
     if source is None:
-        pytest.skip("no installed package ships CLIP's BPE vocabulary")
+        missing("no installed package ships CLIP's BPE vocabulary")
     (tmp_path / "src" / "open_clip").mkdir(parents=True)
     found = clip_libs._package_dir
     monkeypatch.setattr(clip_libs, "_package_dir", lambda name: tmp_path if name == "hpsv2" else found(name))

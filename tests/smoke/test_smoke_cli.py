@@ -11,6 +11,7 @@ from otca_patch.cli import main
 from otca_patch.hooks.spec import Smoke
 from otca_patch.runlog import LOG_NAME
 from otca_patch.smoke import cli as smoke_cli
+from upstream_snapshots import missing
 
 
 @dataclass
@@ -85,7 +86,7 @@ def test_the_qwen_image_smoke_without_a_qwen_transformers_says_the_command_that_
     from otca_patch.stand_ins import qwen_transformers
 
     if qwen_transformers.environment_has_qwen():
-        pytest.skip("this environment's transformers has Qwen2.5-VL: nothing to refuse")
+        missing("this environment's transformers has Qwen2.5-VL: nothing to refuse")
     monkeypatch.setenv(qwen_transformers.FOLDER_VARIABLE, str(tmp_path / "none"))
     module = SimpleNamespace(Sizes=Sizes, run=stand_in("pass").run, before_imports=qwen_transformers.use)
     monkeypatch.setattr(smoke_cli, "smoke_module", lambda name, smoke: module)

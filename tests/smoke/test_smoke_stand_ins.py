@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from free_port import free_port
+from upstream_snapshots import missing
 
 REPO = Path(__file__).resolve().parents[2]
 PROMPT = "a red circle on the sea"
@@ -30,7 +31,7 @@ QWEN_DROPPED = 34
 def rehearsal_python():
     found = subprocess.run([str(REPO / "scripts" / "gpu_rehearse_env.sh"), "--cached"], capture_output=True, text=True)
     if found.returncode != 0:
-        pytest.skip(f"the rehearsal environment is not built here ({found.stderr.strip()[-200:]}): "
+        missing(f"the rehearsal environment is not built here ({found.stderr.strip()[-200:]}): "
                     "scripts/gpu_check.sh --rehearse builds it")
     return found.stdout.strip().splitlines()[-1]
 

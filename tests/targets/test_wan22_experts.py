@@ -8,12 +8,13 @@ import torch
 from otca_patch.targets.wan22 import ExpertRouter, boundary_timestep, is_wan22_checkpoint, load_experts, save_experts
 from otca_patch.targets.registry import runtime_for
 
-diffusers = pytest.importorskip("diffusers")
-if not hasattr(diffusers, "WanTransformer3DModel"):
-    pytest.skip("diffusers < 0.35 has no WanTransformer3DModel", allow_module_level=True)
+import diffusers
+from upstream_snapshots import missing
 
 
 def tiny():
+    if not hasattr(diffusers, "WanTransformer3DModel"):
+        missing("diffusers < 0.35 has no WanTransformer3DModel")
     return diffusers.WanTransformer3DModel(patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=12,
                                            in_channels=16, out_channels=16, text_dim=32, freq_dim=16, ffn_dim=32,
                                            num_layers=1, rope_max_seq_len=32)

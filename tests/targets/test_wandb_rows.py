@@ -11,11 +11,11 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+import wandb  # the dev environment has it: setup.sh installs the upstream extra
 
-wandb = pytest.importorskip("wandb")
+from otca_patch.config import OtcaConfig
+from otca_patch.targets.registry import runtime_for
 
-from otca_patch.config import OtcaConfig  # noqa: E402
-from otca_patch.targets.registry import runtime_for  # noqa: E402
 NAMES = ("upstream", "clip_t")
 STEPS = 4
 
