@@ -14,12 +14,12 @@ from typing import Optional
 
 import torch
 
-from .. import rank_check
+from . import rank_check
 from ..config import OtcaConfig
 from ..target_options import given_target_flags
 from ..credit import credit_from_progress
 from ..devices import follows_trainer, reward_device
-from ..distributed import gather_rows, local_rows, world
+from .distributed import gather_rows, local_rows, world
 from ..objective_set import Objectives, UpstreamRewards
 from ..runlog import RunLog
 from ..samples import SampleKeeper

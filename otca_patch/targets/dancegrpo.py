@@ -15,10 +15,10 @@ import time
 
 import torch
 
-from .. import rank_check
+from . import rank_check
 from ..credit import similarity_to_final, step_progress
-from ..distributed import world
-from ..invariants import TrainedStepCheck
+from .distributed import world
+from .invariants import TrainedStepCheck
 from .base import Runtime
 
 #: the samples key of the per-step advantage ``[B, S-1]``, permuted with the steps

@@ -19,7 +19,7 @@ from typing import Callable, Optional, Sequence
 import torch
 
 from ..credit.timing import TimingMoments, decided_from_moments, timing_moments
-from ..distributed import gather_rows, world
+from .distributed import gather_rows, world
 from ..target_options import TargetOptions
 
 #: the probe's flags and the smallest value each takes
