@@ -62,7 +62,7 @@ def compute_credit(rewards, latents: torch.Tensor, group_ids, config: Optional[C
                    chunk_bytes: int = tcd.DEFAULT_CHUNK_BYTES, final: Optional[torch.Tensor] = None,
                    clean: Optional[torch.Tensor] = None, step_noise: Optional[torch.Tensor] = None,
                    reward_window: Optional[torch.Tensor] = None,
-                   objective_timing: Optional[torch.Tensor] = None) -> Credit:
+                   timing_map: Optional[torch.Tensor] = None) -> Credit:
     """OTCA credit for a batch of sampled trajectories.
 
     Args:
@@ -80,7 +80,7 @@ def compute_credit(rewards, latents: torch.Tensor, group_ids, config: Optional[C
         reward_window: ``[N, K]`` raw rewards of recent earlier batches, for ``reward_scale="window"``
             only (spec 2.1): each objective's scale is its std over these and ``rewards`` together
             (``None``: over ``rewards`` alone).
-        objective_timing: ``[K, T]`` the map ``decided`` (docs/credit.md 9), for
+        timing_map: ``[K, T]`` the map ``decided`` (docs/credit.md 9), for the option
             ``objective_timing="probe"`` only; ``None`` (not yet measured): the mode's own rule.
     Returns:
         ``Credit`` with ``advantages [B, T]`` and every intermediate quantity.
@@ -103,13 +103,13 @@ def compute_credit(rewards, latents: torch.Tensor, group_ids, config: Optional[C
     mode_inputs = _mode_inputs(modes.get(config.mode), {"clean": clean, "step_noise": step_noise}, latents.shape[0],
                                latents.shape[1] - 1, chunk_bytes)
     window = _check_reward_window(config, reward_window, rewards)
-    timing_map = _check_timing_map(config, objective_timing, rewards.shape[1], delta_s.shape[1])
+    timing_map = _check_timing_map(config, timing_map, rewards.shape[1], delta_s.shape[1])
     return _credit(rewards, delta_s, group_ids, config, similarity, mode_inputs, window, timing_map)
 
 
 def credit_from_progress(rewards, delta_s: torch.Tensor, group_ids, config: Optional[CreditConfig] = None,
                          step_noise: Optional[torch.Tensor] = None, reward_window: Optional[torch.Tensor] = None,
-                         objective_timing: Optional[torch.Tensor] = None) -> Credit:
+                         timing_map: Optional[torch.Tensor] = None) -> Credit:
     """The same credit from precomputed per-step progress ``delta_s [B, T]`` (no latents).
 
     For trainers whose latents live on several processes: each computes its samples' ``delta_s``
@@ -131,28 +131,19 @@ def credit_from_progress(rewards, delta_s: torch.Tensor, group_ids, config: Opti
             raise ValueError(f"mode: {mode.name} needs {modes.INPUTS[name].what}; use compute_credit(..., {name}=...)")
     mode_inputs = _mode_inputs(mode, {"step_noise": step_noise}, delta_s.shape[0], delta_s.shape[1], 0)
     window = _check_reward_window(config, reward_window, rewards)
-    timing_map = _check_timing_map(config, objective_timing, rewards.shape[1], delta_s.shape[1])
+    timing_map = _check_timing_map(config, timing_map, rewards.shape[1], delta_s.shape[1])
     return _credit(rewards, delta_s.to(_WORK), group_ids, config, None, mode_inputs, window, timing_map)
 
 
-def _check_timing_map(config: CreditConfig, objective_timing, n_objectives: int, n_steps: int):
+def _check_timing_map(config: CreditConfig, timing_map, n_objectives: int, n_steps: int):
     """The map ``decided [K, T]`` (float64) for ``objective_timing="probe"``; ``None`` when not measured
     yet. Refused under ``off`` (it would be silently unused)."""
-    if config.objective_timing != "probe":
-        if objective_timing is not None:
-            raise ValueError("objective_timing: a map was given but the option objective_timing is "
+    if not config.uses_timing_map:
+        if timing_map is not None:
+            raise ValueError("timing_map: a map was given but the option objective_timing is "
                              f"{config.objective_timing!r} (set it to 'probe' to use the map)")
         return None
-    if objective_timing is None:
-        return None
-    if not isinstance(objective_timing, torch.Tensor) or not objective_timing.is_floating_point() or \
-            tuple(objective_timing.shape) != (n_objectives, n_steps):
-        raise ValueError(f"objective_timing: expected a float map [K, T] = [{n_objectives}, {n_steps}] (decided per "
-                         f"objective and step), got {getattr(objective_timing, 'shape', type(objective_timing).__name__)}")
-    finite = objective_timing[torch.isfinite(objective_timing)]
-    if bool(((finite < 0) | (finite > 1)).any()):
-        raise ValueError("objective_timing: every measured value of the map must lie in [0, 1] (NaN: not defined)")
-    return objective_timing.to(_WORK)
+    return None if timing_map is None else timing.checked_timing_map(timing_map, n_objectives, n_steps)
 
 
 def _check_reward_window(config: CreditConfig, reward_window, rewards: torch.Tensor):
@@ -215,14 +206,14 @@ def _credit(rewards, delta_s, group_ids, config: CreditConfig, similarity, mode_
         objective_weights=weights, objective_advantages=advantages_k, fused=fused, mixture=mixture,
         step_weights=weights_per_step, per_step=per_step, index=index, n_groups=n_groups, inputs=mode_inputs))
     advantages, objective_steps = assigned.advantages, None
-    if config.objective_timing == "probe":  # section 9.3: each objective's share over its own steps
+    if config.uses_timing_map:  # section 9.3: each objective's share over its own steps
         objective_steps = torch.ones((n_objectives, delta_s.shape[1]), dtype=_WORK, device=device)
         if timing_map is not None:
             objective_steps = timing.timing_weights(timing_map.to(device), config.timing_floor, config.eps)
             if assigned.parts is None:
-                raise ValueError(f"objective_timing: mode {mode.name} is registered with splits=True but returned no "
+                raise ValueError(f"timing_map: mode {mode.name} is registered with splits=True but returned no "
                                  "per-objective parts")
-            advantages = timing.timed_advantages(assigned.parts, objective_steps, per_step)
+            advantages = timing.timed_advantages(assigned.parts(), objective_steps, per_step)
 
     out = lambda t: t.to(_OUT)  # noqa: E731
     _check_finite_advantages(out(advantages), config)

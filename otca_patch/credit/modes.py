@@ -9,8 +9,9 @@ step weights reported with them ``[B, T]``. The decorator declares what nothing 
   for this mode and refuses them for every mode that does not declare them;
 - ``step_weighted``: ``Shared.per_step`` is TCD's weights (else ones), so ``Shared.spread`` applies them;
 - ``fuses``: the combined advantage is MOCA's fused one (the objectives mixed, not summed);
-- ``splits``: the mode returns ``Assigned.parts``, each objective's share of its combined advantage
-  (the option ``objective_timing="probe"`` spreads each share over its own steps, docs/credit.md 9.3);
+- ``splits``: the mode returns ``Assigned.parts``, how to compute each objective's share of its combined
+  advantage (computed only where the option ``objective_timing`` spreads each share over its own steps,
+  docs/credit.md 9.3);
 - ``whole_batch_std``: the mode divides by a std over the whole batch (group sizes are checked for it);
 - ``vanilla``: the credit a vanilla upstream trainer computes itself (one summed reward, normalised per
   group): where a target's vanilla path differs from the engine by rounding, it follows upstream's;
@@ -75,16 +76,17 @@ class Shared:
     n_groups: int
     inputs: dict
 
-    def spread(self, combined, parts=None) -> "Assigned":
+    def spread(self, combined, parts: Optional[Callable[[], Any]] = None) -> "Assigned":
         """``combined [B]`` over the steps by ``per_step``; TCD's weights reported as the step weights.
-        ``parts [B, K]``: each objective's share of ``combined`` (for a mode that ``splits``)."""
+        ``parts``: a function returning each objective's share of ``combined`` ``[B, K]`` (for a mode that
+        ``splits``; called only when the shares are used)."""
         return Assigned(combined, self.per_step * combined.unsqueeze(-1), self.step_weights, parts)
 
 
 @dataclass(frozen=True)
 class Assigned:
     """A mode's result: ``combined [B]``, ``advantages [B, T]``, ``step_weights [B, T]``, and for a mode
-    that ``splits``, ``parts [B, K]`` (their row sums are ``combined``)."""
+    that ``splits``, ``parts``: a function returning ``[B, K]`` whose row sums are ``combined``."""
 
     combined: Any
     advantages: Any
@@ -150,25 +152,25 @@ def users(input_name: str) -> tuple:
 @register_mode("otca", step_weighted=True, fuses=True, splits=True, title="OTCA (TCD + MOCA)")
 def otca(x: Shared) -> Assigned:
     """MOCA's fused advantage, spread over the steps by TCD's weights (the default)."""
-    return x.spread(x.fused, x.mixture * x.objective_advantages)
+    return x.spread(x.fused, lambda: x.mixture * x.objective_advantages)
 
 
 @register_mode("moca", fuses=True, splits=True, title="+ MOCA only")
 def moca(x: Shared) -> Assigned:
     """MOCA's fused advantage, the same at every step."""
-    return x.spread(x.fused, x.mixture * x.objective_advantages)
+    return x.spread(x.fused, lambda: x.mixture * x.objective_advantages)
 
 
 @register_mode("tcd", step_weighted=True, splits=True, title="+ TCD only")
 def tcd(x: Shared) -> Assigned:
     """The sum of the objective advantages, spread over the steps by TCD's weights."""
-    return x.spread(x.objective_advantages.sum(dim=-1), x.objective_advantages)
+    return x.spread(x.objective_advantages.sum(dim=-1), lambda: x.objective_advantages)
 
 
 @register_mode("multi_grpo", splits=True, title="Multi-GRPO (per-reward normalisation)")
 def multi_grpo(x: Shared) -> Assigned:
     """The sum of the per-objective group advantages (per-reward normalisation), at every step."""
-    return x.spread(x.objective_advantages.sum(dim=-1), x.objective_advantages)
+    return x.spread(x.objective_advantages.sum(dim=-1), lambda: x.objective_advantages)
 
 
 @register_mode("gdpo", whole_batch_std=True, splits=True, title="GDPO (batch-normalised sum)")
@@ -179,26 +181,20 @@ def gdpo(x: Shared) -> Assigned:
     config, whole_batch = x.config, x.index.new_zeros(x.index.shape)
     summed = x.objective_advantages.sum(dim=-1)
     combined = group_normalize(summed, whole_batch, 1, config.std_correction, config.adv_eps)
-    if config.objective_timing != "probe":
-        return x.spread(combined)
-    return x.spread(combined, group_normalize_parts(x.objective_advantages, whole_batch, 1, config.std_correction,
-                                                    config.adv_eps))
+    return x.spread(combined, lambda: group_normalize_parts(x.objective_advantages, whole_batch, 1,
+                                                            config.std_correction, config.adv_eps))
 
 
 @register_mode("sum", splits=True, vanilla=True, title="Vanilla DanceGRPO (summed reward)")
 def sum_of_rewards(x: Shared) -> Assigned:
     """One scalar reward, ``rewards @ objective_weights``, normalised per group (vanilla DanceGRPO)."""
-    from .groups import group_normalize
+    from .groups import group_normalize, group_normalize_parts
 
     config = x.config
     combined = group_normalize(x.rewards @ x.objective_weights, x.index, x.n_groups, config.std_correction,
                                config.adv_eps, config.std_scope)
-    if config.objective_timing != "probe":
-        return x.spread(combined)
-    from .groups import group_normalize_parts  # each objective's share (docs/credit.md 9.3)
-
-    return x.spread(combined, group_normalize_parts(x.rewards * x.objective_weights, x.index, x.n_groups,
-                                                    config.std_correction, config.adv_eps, config.std_scope))
+    return x.spread(combined, lambda: group_normalize_parts(x.rewards * x.objective_weights, x.index, x.n_groups,
+                                                            config.std_correction, config.adv_eps, config.std_scope))
 
 
 @register_mode("coca", needs=("clean",), launchable=False, title="CoCA (x0-hat contribution credit; comparison)")
