@@ -1,8 +1,9 @@
 """The credit modes: each mode is one pure function, registered with the facts the package reads.
 
-The engine computes what every mode shares (``Shared``: the objective advantages, MOCA's fused
-advantage, TCD's step weights, ...) and hands it to the function of ``CreditConfig.mode``, which
-returns ``Assigned``: the combined advantage ``[B]``, the per-step advantages ``[B, T]`` and the
+The engine computes what every mode reads (``Shared``: the objective advantages, TCD's step weights,
+...) and hands it to the function of ``CreditConfig.mode``; what only some modes use (MOCA's
+exploration bias and fusion) is computed when a mode's body first reads it. The function returns
+``Assigned``: the combined advantage ``[B]``, the per-step advantages ``[B, T]`` and the
 step weights reported with them ``[B, T]``. The decorator declares what nothing else may restate:
 
 - ``needs``: the inputs beyond rewards and progress (names of ``INPUTS``): the engine requires them
@@ -32,6 +33,7 @@ functions import their tensor helpers when called.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Callable, Optional
 
 
@@ -55,26 +57,54 @@ INPUTS = {item.name: item for item in (
 
 @dataclass(frozen=True)
 class Shared:
-    """What the engine computes for every mode (float64, on the latents' device).
+    """What a mode reads (float64, on the latents' device).
 
-    ``rewards [B, K]`` are those ``sum`` adds up (rescaled under ``reward_scale="window"``);
-    ``objective_weights [K]``; ``objective_advantages [B, K]``; ``fused [B]``, MOCA's combined
-    advantage; ``mixture [B, K]``, MOCA's mixture (``sum_k mixture * objective_advantages = fused``); ``step_weights [B, T]``, TCD's; ``per_step [B, T]``, TCD's weights for a step-weighted
-    mode and ones otherwise; ``index [B]`` dense group ids of ``n_groups`` groups; ``inputs``: the mode's
-    declared inputs, checked (``inputs.py`` says what each becomes).
+    Computed by the engine for every mode: ``rewards [B, K]``, those ``sum`` adds up (rescaled under
+    ``reward_scale="window"``); ``objective_weights [K]``; ``objective_advantages [B, K]``;
+    ``trajectory_score [B]``, TCD's ``q``; ``step_weights [B, T]``, TCD's; ``per_step [B, T]``, TCD's
+    weights for a step-weighted mode and ones otherwise; ``index [B]`` dense group ids of ``n_groups``
+    groups; ``inputs``: the mode's declared inputs, checked (``inputs.py`` says what each becomes).
+
+    Computed when first read (MOCA, spec 3): ``lambdas [B]``, the exploration bias; ``fused [B]``,
+    MOCA's combined advantage; ``mixture [B, K]`` (``sum_k mixture * objective_advantages = fused``).
     """
 
     config: Any  # CreditConfig
     rewards: Any
     objective_weights: Any
     objective_advantages: Any
-    fused: Any
-    mixture: Any
+    trajectory_score: Any
     step_weights: Any
     per_step: Any
     index: Any
     n_groups: int
     inputs: dict
+
+    @cached_property
+    def lambdas(self):
+        from .moca import exploration_bias
+
+        config = self.config
+        return exploration_bias(self.trajectory_score, self.objective_advantages, self.index, self.n_groups,
+                                config.std_correction, config.eps, config.explore, center=config.explore_center,
+                                scale=config.explore_scale)
+
+    @property
+    def fused(self):
+        return self._fusion[0]
+
+    @property
+    def mixture(self):
+        return self._fusion[1]
+
+    @cached_property
+    def _fusion(self) -> tuple:
+        """(``fused [B]``, ``mixture [B, K]``): per sample, or one mixture per group (spec 3.7)."""
+        from .moca import group_fusion, min_norm_fusion
+
+        if self.config.fusion == "group":
+            return group_fusion(self.objective_advantages, self.lambdas, self.index, self.n_groups)
+        return min_norm_fusion(self.objective_advantages, self.lambdas)
 
     def spread(self, combined, parts: Optional[Callable[[], Any]] = None) -> "Assigned":
         """``combined [B]`` over the steps by ``per_step``; TCD's weights reported as the step weights.
