@@ -9,7 +9,7 @@ import torch
 from otca_patch.credit import MODES, PEER_MODES, CreditConfig, compute_credit, credit_from_progress, modes
 from otca_patch.credit.modes import Assigned, register_mode
 
-ENGINE = Path(__file__).resolve().parents[2] / "otca_patch" / "credit" / "engine.py"
+CREDIT = Path(__file__).resolve().parents[2] / "otca_patch" / "credit"
 
 
 @pytest.fixture
@@ -74,10 +74,11 @@ def test_every_declared_input_has_a_check():
     assert set(modes.INPUTS) == inputs.checked_inputs()
 
 
-def test_the_engine_compares_no_mode_name():
-    """The engine reads facts from the registry; a string constant naming a mode appears in none of its
-    comparisons (``config.mode == "coca"``, ``mode in ("moca", "otca")``)."""
-    tree = ast.parse(ENGINE.read_text())
+@pytest.mark.parametrize("module", ["engine.py", "batch.py"])
+def test_the_engine_compares_no_mode_name(module):
+    """The engine and its input checks read facts from the registry; a string constant naming a mode
+    appears in none of their comparisons (``config.mode == "coca"``, ``mode in ("moca", "otca")``)."""
+    tree = ast.parse((CREDIT / module).read_text())
     named = [node.lineno for node in ast.walk(tree) if isinstance(node, ast.Compare)
              for const in ast.walk(node) if isinstance(const, ast.Constant) and const.value in modes.names()]
     assert named == []
