@@ -53,9 +53,6 @@ class UpstreamRewards:
             return {name: key}
         return None
 
-    def is_upstream(self, name: str) -> bool:
-        return self.resolve(name) is not None
-
     def read(self, upstream, key: Optional[str], name: str) -> torch.Tensor:
         """Column ``key`` of what the trainer computed (a ``[B]`` tensor or a dictionary of them)."""
         if upstream is None:

@@ -11,7 +11,6 @@ prompts and noise at the same step.
 from __future__ import annotations
 
 import json
-import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -175,7 +174,3 @@ def read_kept(run_folder, which: str) -> Kept | None:
         return None
     return Kept(step=int(index["step"]), prompts=list(index["prompts"]), images=images,
                 frames=list(index.get("frames", [1] * len(images))))
-
-
-def has_samples(run_folder) -> bool:
-    return os.path.isfile(Path(run_folder) / FOLDER / FIRST / INDEX)

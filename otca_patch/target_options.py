@@ -58,7 +58,7 @@ def given_target_flags(config) -> list:
 
 def refuse_foreign_flags(config, target: str, accepted) -> None:
     """A target-only flag given to a target whose spec does not list it is an error naming both."""
-    if getattr(config, "otca_objective_timing", "off") != "off" and PROBE_FLAG not in accepted:
+    if config.credit_config().uses_timing_map and PROBE_FLAG not in accepted:
         # docs/credit.md 9.3: without a probe the map is never measured and the option would silently
         # train by the mode's own rule
         raise ValueError(f"--otca_objective_timing: target {target} has no probe of predicted clean samples, so "

@@ -24,8 +24,7 @@ LAYERS = (
     ("stand_ins", "tiny_models"),  # CPU stand-ins of what GPU trainers call; tiny models in the real layouts
     ("objective_set", "runlog"),  # a run's objectives; the run log
     ("hooks",),  # the hook engine: specs, anchors, rewrite, doctor
-    ("rank_check", "distributed", "invariants"),  # what a rewritten run checks across ranks
-    ("targets",),  # the runtimes the inserted code calls
+    ("targets",),  # the runtimes the inserted code calls, and what a rewritten run checks across ranks
     ("launch", "tools"),  # running a rewritten script; rebase
     ("smoke",),  # CPU smoke runs of real upstream steps
     ("rehearsal",),  # upstream launches run end to end under the wrapper

@@ -7,7 +7,8 @@ from . import modes
 from .config import MODES, PEER_MODES, CreditConfig
 
 _LAZY = {
-    "Credit": "engine", "compute_credit": "engine", "credit_from_progress": "engine",
+    "Credit": "engine", "CreditBatch": "batch", "compute_credit": "engine", "credit_for": "engine",
+    "credit_from_progress": "engine",
     "group_ids_from_size": "groups", "similarity_to_final": "tcd", "step_progress": "tcd",
 }
 

@@ -71,7 +71,7 @@ class CreditConfig:
                              "only the group's mean subtracted ('window', spec 2.1, App. A.5)", "group",
                              choices=REWARD_SCALES, library_only=True)
     objective_timing: str = flag("spread each objective's share of the combined advantage over the steps by when "
-                                 "that objective is decided ('probe': by the map compute_credit's objective_timing, "
+                                 "that objective is decided ('probe': by the map compute_credit's timing_map, "
                                  "docs/credit.md 9.3; the mode's own rule until a map is measured) or not ('off', "
                                  "the spec); a trainer target takes it once it has the probe", "off",
                                  choices=OBJECTIVE_TIMINGS)
@@ -142,7 +142,7 @@ class CreditConfig:
         """How each objective's share is spread over the steps, and its floor."""
         if self.objective_timing not in OBJECTIVE_TIMINGS:
             raise ValueError(f"objective_timing: must be one of {', '.join(OBJECTIVE_TIMINGS)}, got {self.objective_timing!r}")
-        if self.objective_timing == "probe" and not modes.get(self.mode).splits:
+        if self.uses_timing_map and not modes.get(self.mode).splits:
             raise ValueError(f"objective_timing: probe spreads each objective's share of the combined advantage over "
                              f"the steps; mode {self.mode} does not split its advantage into objectives' shares")
         _check_finite("timing_floor", self.timing_floor)
@@ -165,6 +165,13 @@ class CreditConfig:
                 raise ValueError(f"objective_weights: all {len(weights)} are 0, so every advantage would be 0 and "
                                  f"nothing would train; give at least one weight > 0")
             object.__setattr__(self, "objective_weights", weights)
+
+    @property
+    def uses_timing_map(self) -> bool:
+        """Whether each objective's share of the combined advantage is spread over the steps by a
+        measured timing map (``objective_timing="probe"``, docs/credit.md 9.3): the one place that
+        reads the option's value."""
+        return self.objective_timing == "probe"
 
     @property
     def step_weighted(self) -> bool:

@@ -18,9 +18,9 @@ def group_ids_from_size(batch_size: int, group_size: int, device=None) -> torch.
 
 
 def dense_groups(group_ids: torch.Tensor) -> tuple[torch.Tensor, int]:
-    """Map arbitrary labels ``[B]`` to ``0..G-1``; returns (index ``[B]``, G)."""
+    """Map arbitrary labels ``[B]`` to ``0..G-1``; returns (index ``[B]``, G) (G = 0 for no labels)."""
     _, index = torch.unique(group_ids, return_inverse=True)
-    return index, int(index.max().item()) + 1
+    return index, int(index.max().item()) + 1 if index.numel() else 0
 
 
 def check_std_sizes(group_ids: torch.Tensor, correction: int, batch_std: bool = False) -> None:
@@ -53,16 +53,21 @@ def _group_sum(values: torch.Tensor, index: torch.Tensor, n_groups: int) -> torc
     return out.index_add_(0, index, values)
 
 
+def _group_mean(values: torch.Tensor, index: torch.Tensor, n_groups: int):
+    """Each group's mean of ``values [B, ...]`` -> ``[G, ...]``, and each group's count ``[G]``."""
+    ones = torch.ones(index.shape[0], dtype=values.dtype, device=values.device)
+    counts = _group_sum(ones, index, n_groups)
+    return _group_sum(values, index, n_groups) / counts.view((-1,) + (1,) * (values.dim() - 1)), counts
+
+
 def group_mean_std(values: torch.Tensor, index: torch.Tensor, n_groups: int, correction: int):
     """Per-sample group mean and std of ``values [B, ...]``, broadcast back to ``[B, ...]``.
 
     The std uses ``correction`` (1 = unbiased); groups with ``count <= correction`` get std 0.
     Also returns the per-sample group count ``[B]``.
     """
-    ones = torch.ones(index.shape[0], dtype=values.dtype, device=values.device)
-    counts = _group_sum(ones, index, n_groups)
     shape = (-1,) + (1,) * (values.dim() - 1)
-    mean = _group_sum(values, index, n_groups) / counts.view(shape)
+    mean, counts = _group_mean(values, index, n_groups)
     centred = values - mean[index]
     dof = (counts - correction).clamp(min=0)
     var = _group_sum(centred * centred, index, n_groups) / dof.clamp(min=1).view(shape)
@@ -106,11 +111,22 @@ def _normalised_and_kept(values: torch.Tensor, index: torch.Tensor, n_groups: in
         whole = torch.zeros_like(index)
         std = group_mean_std(values, whole, 1, correction)[1]
     normalised = (values - mean) / (std + adv_eps)
+    too_small = (counts <= correction).view((-1,) + (1,) * (values.dim() - 1))
+    return normalised, ~(_constant_in_group(values, index, n_groups) | too_small)
+
+
+def group_centred(values: torch.Tensor, index: torch.Tensor, n_groups: int) -> torch.Tensor:
+    """``values [B, ...]`` minus their group's mean; exactly 0 where a group's values (per column) are
+    all equal, not rounding noise."""
+    centred = values - _group_mean(values, index, n_groups)[0][index]
+    return torch.where(_constant_in_group(values, index, n_groups), torch.zeros_like(centred), centred)
+
+
+def _constant_in_group(values: torch.Tensor, index: torch.Tensor, n_groups: int) -> torch.Tensor:
+    """``[B, ...]`` bool: whether the sample's group holds one value only (per column)."""
     big = torch.finfo(values.dtype).max
     shape = (n_groups,) + tuple(values.shape[1:])
     spread_index = index.view((-1,) + (1,) * (values.dim() - 1)).expand_as(values)
     highest = values.new_full(shape, -big).scatter_reduce_(0, spread_index, values, "amax")
     lowest = values.new_full(shape, big).scatter_reduce_(0, spread_index, values, "amin")
-    constant = (highest == lowest)[index]
-    too_small = (counts <= correction).view((-1,) + (1,) * (values.dim() - 1))
-    return normalised, ~(constant | too_small)
+    return (highest == lowest)[index]

@@ -1,16 +1,18 @@
 """The credit modes: each mode is one pure function, registered with the facts the package reads.
 
-The engine computes what every mode shares (``Shared``: the objective advantages, MOCA's fused
-advantage, TCD's step weights, ...) and hands it to the function of ``CreditConfig.mode``, which
-returns ``Assigned``: the combined advantage ``[B]``, the per-step advantages ``[B, T]`` and the
+The engine computes what every mode reads (``Shared``: the objective advantages, TCD's step weights,
+...) and hands it to the function of ``CreditConfig.mode``; what only some modes use (MOCA's
+exploration bias and fusion) is computed when a mode's body first reads it. The function returns
+``Assigned``: the combined advantage ``[B]``, the per-step advantages ``[B, T]`` and the
 step weights reported with them ``[B, T]``. The decorator declares what nothing else may restate:
 
 - ``needs``: the inputs beyond rewards and progress (names of ``INPUTS``): the engine requires them
   for this mode and refuses them for every mode that does not declare them;
 - ``step_weighted``: ``Shared.per_step`` is TCD's weights (else ones), so ``Shared.spread`` applies them;
 - ``fuses``: the combined advantage is MOCA's fused one (the objectives mixed, not summed);
-- ``splits``: the mode returns ``Assigned.parts``, each objective's share of its combined advantage
-  (the option ``objective_timing="probe"`` spreads each share over its own steps, docs/credit.md 9.3);
+- ``splits``: the mode returns ``Assigned.parts``, how to compute each objective's share of its combined
+  advantage (computed only where the option ``objective_timing`` spreads each share over its own steps,
+  docs/credit.md 9.3);
 - ``whole_batch_std``: the mode divides by a std over the whole batch (group sizes are checked for it);
 - ``vanilla``: the credit a vanilla upstream trainer computes itself (one summed reward, normalised per
   group): where a target's vanilla path differs from the engine by rounding, it follows upstream's;
@@ -31,6 +33,7 @@ functions import their tensor helpers when called.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Callable, Optional
 
 
@@ -54,37 +57,66 @@ INPUTS = {item.name: item for item in (
 
 @dataclass(frozen=True)
 class Shared:
-    """What the engine computes for every mode (float64, on the latents' device).
+    """What a mode reads (float64, on the latents' device).
 
-    ``rewards [B, K]`` are those ``sum`` adds up (rescaled under ``reward_scale="window"``);
-    ``objective_weights [K]``; ``objective_advantages [B, K]``; ``fused [B]``, MOCA's combined
-    advantage; ``mixture [B, K]``, MOCA's mixture (``sum_k mixture * objective_advantages = fused``); ``step_weights [B, T]``, TCD's; ``per_step [B, T]``, TCD's weights for a step-weighted
-    mode and ones otherwise; ``index [B]`` dense group ids of ``n_groups`` groups; ``inputs``: the mode's
-    declared inputs, checked (``inputs.py`` says what each becomes).
+    Computed by the engine for every mode: ``rewards [B, K]``, those ``sum`` adds up (rescaled under
+    ``reward_scale="window"``); ``objective_weights [K]``; ``objective_advantages [B, K]``;
+    ``trajectory_score [B]``, TCD's ``q``; ``step_weights [B, T]``, TCD's; ``per_step [B, T]``, TCD's
+    weights for a step-weighted mode and ones otherwise; ``index [B]`` dense group ids of ``n_groups``
+    groups; ``inputs``: the mode's declared inputs, checked (``inputs.py`` says what each becomes).
+
+    Computed when first read (MOCA, spec 3): ``lambdas [B]``, the exploration bias; ``fused [B]``,
+    MOCA's combined advantage; ``mixture [B, K]`` (``sum_k mixture * objective_advantages = fused``).
     """
 
     config: Any  # CreditConfig
     rewards: Any
     objective_weights: Any
     objective_advantages: Any
-    fused: Any
-    mixture: Any
+    trajectory_score: Any
     step_weights: Any
     per_step: Any
     index: Any
     n_groups: int
     inputs: dict
 
-    def spread(self, combined, parts=None) -> "Assigned":
+    @cached_property
+    def lambdas(self):
+        from .moca import exploration_bias
+
+        config = self.config
+        return exploration_bias(self.trajectory_score, self.objective_advantages, self.index, self.n_groups,
+                                config.std_correction, config.eps, config.explore, center=config.explore_center,
+                                scale=config.explore_scale)
+
+    @property
+    def fused(self):
+        return self._fusion[0]
+
+    @property
+    def mixture(self):
+        return self._fusion[1]
+
+    @cached_property
+    def _fusion(self) -> tuple:
+        """(``fused [B]``, ``mixture [B, K]``): per sample, or one mixture per group (spec 3.7)."""
+        from .moca import group_fusion, min_norm_fusion
+
+        if self.config.fusion == "group":
+            return group_fusion(self.objective_advantages, self.lambdas, self.index, self.n_groups)
+        return min_norm_fusion(self.objective_advantages, self.lambdas)
+
+    def spread(self, combined, parts: Optional[Callable[[], Any]] = None) -> "Assigned":
         """``combined [B]`` over the steps by ``per_step``; TCD's weights reported as the step weights.
-        ``parts [B, K]``: each objective's share of ``combined`` (for a mode that ``splits``)."""
+        ``parts``: a function returning each objective's share of ``combined`` ``[B, K]`` (for a mode that
+        ``splits``; called only when the shares are used)."""
         return Assigned(combined, self.per_step * combined.unsqueeze(-1), self.step_weights, parts)
 
 
 @dataclass(frozen=True)
 class Assigned:
     """A mode's result: ``combined [B]``, ``advantages [B, T]``, ``step_weights [B, T]``, and for a mode
-    that ``splits``, ``parts [B, K]`` (their row sums are ``combined``)."""
+    that ``splits``, ``parts``: a function returning ``[B, K]`` whose row sums are ``combined``."""
 
     combined: Any
     advantages: Any
@@ -150,25 +182,25 @@ def users(input_name: str) -> tuple:
 @register_mode("otca", step_weighted=True, fuses=True, splits=True, title="OTCA (TCD + MOCA)")
 def otca(x: Shared) -> Assigned:
     """MOCA's fused advantage, spread over the steps by TCD's weights (the default)."""
-    return x.spread(x.fused, x.mixture * x.objective_advantages)
+    return x.spread(x.fused, lambda: x.mixture * x.objective_advantages)
 
 
 @register_mode("moca", fuses=True, splits=True, title="+ MOCA only")
 def moca(x: Shared) -> Assigned:
     """MOCA's fused advantage, the same at every step."""
-    return x.spread(x.fused, x.mixture * x.objective_advantages)
+    return x.spread(x.fused, lambda: x.mixture * x.objective_advantages)
 
 
 @register_mode("tcd", step_weighted=True, splits=True, title="+ TCD only")
 def tcd(x: Shared) -> Assigned:
     """The sum of the objective advantages, spread over the steps by TCD's weights."""
-    return x.spread(x.objective_advantages.sum(dim=-1), x.objective_advantages)
+    return x.spread(x.objective_advantages.sum(dim=-1), lambda: x.objective_advantages)
 
 
 @register_mode("multi_grpo", splits=True, title="Multi-GRPO (per-reward normalisation)")
 def multi_grpo(x: Shared) -> Assigned:
     """The sum of the per-objective group advantages (per-reward normalisation), at every step."""
-    return x.spread(x.objective_advantages.sum(dim=-1), x.objective_advantages)
+    return x.spread(x.objective_advantages.sum(dim=-1), lambda: x.objective_advantages)
 
 
 @register_mode("gdpo", whole_batch_std=True, splits=True, title="GDPO (batch-normalised sum)")
@@ -179,26 +211,20 @@ def gdpo(x: Shared) -> Assigned:
     config, whole_batch = x.config, x.index.new_zeros(x.index.shape)
     summed = x.objective_advantages.sum(dim=-1)
     combined = group_normalize(summed, whole_batch, 1, config.std_correction, config.adv_eps)
-    if config.objective_timing != "probe":
-        return x.spread(combined)
-    return x.spread(combined, group_normalize_parts(x.objective_advantages, whole_batch, 1, config.std_correction,
-                                                    config.adv_eps))
+    return x.spread(combined, lambda: group_normalize_parts(x.objective_advantages, whole_batch, 1,
+                                                            config.std_correction, config.adv_eps))
 
 
 @register_mode("sum", splits=True, vanilla=True, title="Vanilla DanceGRPO (summed reward)")
 def sum_of_rewards(x: Shared) -> Assigned:
     """One scalar reward, ``rewards @ objective_weights``, normalised per group (vanilla DanceGRPO)."""
-    from .groups import group_normalize
+    from .groups import group_normalize, group_normalize_parts
 
     config = x.config
     combined = group_normalize(x.rewards @ x.objective_weights, x.index, x.n_groups, config.std_correction,
                                config.adv_eps, config.std_scope)
-    if config.objective_timing != "probe":
-        return x.spread(combined)
-    from .groups import group_normalize_parts  # each objective's share (docs/credit.md 9.3)
-
-    return x.spread(combined, group_normalize_parts(x.rewards * x.objective_weights, x.index, x.n_groups,
-                                                    config.std_correction, config.adv_eps, config.std_scope))
+    return x.spread(combined, lambda: group_normalize_parts(x.rewards * x.objective_weights, x.index, x.n_groups,
+                                                            config.std_correction, config.adv_eps, config.std_scope))
 
 
 @register_mode("coca", needs=("clean",), launchable=False, title="CoCA (x0-hat contribution credit; comparison)")

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .groups import _group_sum
+from .groups import dense_groups, group_centred
 
 _WORK = torch.float64
 
@@ -52,8 +52,8 @@ def timing_moments(step_scores: torch.Tensor, final_scores: torch.Tensor, group_
     """
     step, final, index, n_groups = _check(step_scores, final_scores, group_ids)
     batch, n_obj, n_steps = step.shape
-    x = _centred(step.reshape(batch, n_obj * n_steps), index, n_groups).view(batch, n_obj, n_steps)
-    y = _centred(final, index, n_groups)
+    x = group_centred(step.reshape(batch, n_obj * n_steps), index, n_groups).view(batch, n_obj, n_steps)
+    y = group_centred(final, index, n_groups)
     return TimingMoments(cross=(x * y.unsqueeze(-1)).sum(0), step_square=(x * x).sum(0),
                          final_square=(y * y).sum(0), dof=batch - n_groups)
 
@@ -123,17 +123,34 @@ def decided_by(decided_map: torch.Tensor, share: float = 0.8) -> torch.Tensor:
     return torch.where(undefined, torch.zeros_like(first), first)
 
 
+def checked_timing_map(timing_map, n_objectives: int, n_steps: int) -> torch.Tensor:
+    """``timing_map [K, T]`` (the map ``decided`` a probe measured) as float64, once checked: a float
+    tensor of that shape whose every value is NaN (undefined) or lies in [0, 1]; +-inf is out of
+    range like any other value. ``ValueError`` naming ``timing_map`` otherwise."""
+    if not isinstance(timing_map, torch.Tensor) or not timing_map.is_floating_point() or \
+            tuple(timing_map.shape) != (n_objectives, n_steps):
+        raise ValueError(f"timing_map: expected a float map [K, T] = [{n_objectives}, {n_steps}] (decided per "
+                         f"objective and step), got {getattr(timing_map, 'shape', type(timing_map).__name__)}")
+    outside = ~torch.isnan(timing_map) & ((timing_map < 0) | (timing_map > 1))
+    if bool(outside.any()):
+        objective, step = (int(i) for i in outside.nonzero()[0])
+        raise ValueError(f"timing_map: every value must lie in [0, 1] (NaN: undefined); objective {objective}, "
+                         f"step {step + 1} holds {timing_map[objective, step].item()}")
+    return timing_map.to(_WORK)
+
+
 def timing_weights(decided_map: torch.Tensor, floor: float, eps: float = 1e-6) -> torch.Tensor:
-    """``[K, T]`` step weights per objective from ``decided [K, T]`` (docs/credit.md 9.3).
+    """``[K, T]`` step weights per objective from ``decided [K, T]`` (docs/credit.md 9.3), a map
+    ``checked_timing_map`` accepts.
 
     ``M = cummax_t decided`` (a step cannot un-decide); step t is credited with what its own move
     fixes, ``g[k, t] = M[k, t+1] - M[k, t]`` for t < T and ``g[k, T] = 1 - M[k, T]``; shares
     ``p = (g + eps) / sum_t (g + eps)``; ``W = floor + (1 - floor) T p`` (mean 1 over steps, none below
-    ``floor``). An objective whose row is not finite (never measured, or no final variation) gets 1.
+    ``floor``). An objective whose row holds a NaN (never measured, or no final variation) gets 1.
     """
     values = decided_map.to(_WORK)
     n_steps = values.shape[-1]
-    defined = torch.isfinite(values).all(-1, keepdim=True)
+    defined = ~torch.isnan(values).any(-1, keepdim=True)
     curve = torch.cummax(torch.nan_to_num(values, nan=0.0).clamp(0.0, 1.0), dim=-1).values
     after = torch.cat([curve[..., 1:], torch.ones_like(curve[..., :1])], dim=-1)
     gain = (after - curve).clamp(min=0.0) + eps
@@ -145,20 +162,21 @@ def timed_advantages(contributions: torch.Tensor, objective_step_weights: torch.
                      step_weights: torch.Tensor) -> torch.Tensor:
     """``A~[i, t] = w[i, t] sum_k W[k, t] c[i, k]``: ``contributions [B, K]`` (each objective's share of
     the mode's combined advantage), ``objective_step_weights [K, T]``, the mode's ``step_weights
-    [B, T]`` (TCD's, or ones). Returns ``[B, T]``."""
-    return step_weights * (contributions @ objective_step_weights)
+    [B, T]`` (TCD's, or ones). Returns ``[B, T]`` float64, whatever the inputs' float dtype."""
+    batch, n_objectives = _float_matrix("contributions", contributions, (None, None))
+    _, n_steps = _float_matrix("objective_step_weights", objective_step_weights, (n_objectives, None))
+    _float_matrix("step_weights", step_weights, (batch, n_steps))
+    return step_weights.to(_WORK) * (contributions.to(_WORK) @ objective_step_weights.to(_WORK))
 
 
-def _centred(values: torch.Tensor, index: torch.Tensor, n_groups: int) -> torch.Tensor:
-    """``values [B, C]`` minus their group means; exactly 0 in a group whose column is constant."""
-    counts = _group_sum(torch.ones(index.shape[0], dtype=_WORK), index, n_groups)
-    mean = _group_sum(values, index, n_groups) / counts.unsqueeze(-1)
-    spread = index.unsqueeze(-1).expand_as(values)
-    big = torch.finfo(_WORK).max
-    high = values.new_full((n_groups, values.shape[1]), -big).scatter_reduce_(0, spread, values, "amax")
-    low = values.new_full((n_groups, values.shape[1]), big).scatter_reduce_(0, spread, values, "amin")
-    centred = values - mean[index]
-    return torch.where((high == low)[index], torch.zeros_like(centred), centred)
+def _float_matrix(name: str, value, shape: tuple) -> tuple:
+    """The shape of ``value``, a 2-D float tensor whose dims equal ``shape``'s (``None``: any)."""
+    if not isinstance(value, torch.Tensor) or not value.is_floating_point() or value.dim() != 2 or \
+            any(want is not None and got != want for got, want in zip(value.shape, shape)):
+        want = ", ".join("?" if n is None else str(n) for n in shape)
+        raise ValueError(f"{name}: expected a float tensor [{want}], got "
+                         f"{getattr(value, 'shape', type(value).__name__)} {getattr(value, 'dtype', '')}".rstrip())
+    return tuple(value.shape)
 
 
 def _check(step_scores, final_scores, group_ids):
@@ -175,6 +193,5 @@ def _check(step_scores, final_scores, group_ids):
             or group_ids.shape[0] != step_scores.shape[0]:
         raise ValueError(f"group_ids: expected [{step_scores.shape[0]}] integer labels, got "
                          f"{getattr(group_ids, 'shape', type(group_ids).__name__)}")
-    _, index = torch.unique(group_ids, return_inverse=True)
-    return (step_scores.to(_WORK), final_scores.to(_WORK), index.to(step_scores.device),
-            int(index.max().item()) + 1 if index.numel() else 0)
+    index, n_groups = dense_groups(group_ids)
+    return step_scores.to(_WORK), final_scores.to(_WORK), index.to(step_scores.device), n_groups

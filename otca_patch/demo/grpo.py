@@ -74,18 +74,18 @@ def collect_batch(model: TinyFlux, config: DemoConfig, seed: int, iteration: int
     return Batch(prompt_ids=prompt_ids, group_ids=group_ids, rollout=rollout, rewards=rewards, eta=config.eta)
 
 
-def assign_credit(batch: Batch, variant: Variant, raw_scales=None, reward_window=None, objective_timing=None):
+def assign_credit(batch: Batch, variant: Variant, raw_scales=None, reward_window=None, timing_map=None):
     """``(credit, advantages [B, T])`` of ``variant`` from the credit engine (the code a real run uses).
     CoCA gets the predicted clean samples, TempFlow-GRPO the std ``eta sqrt(sigma_t - sigma_t+1)`` of each step;
     ``sum_raw`` the rewards times ``raw_scales [K]``; ``reward_scale="window"`` variants ``reward_window [N, K]``
     (the rewards the engine saw in earlier iterations); ``objective_timing="probe"`` variants the map
-    ``objective_timing [K, T]`` (``None``: not measured yet)."""
+    ``timing_map [K, T]`` (``None``: not measured yet)."""
     sigmas = batch.rollout.sigmas
     step_noise = batch.eta * (sigmas[:-1] - sigmas[1:]).clamp(min=0).sqrt()
     rewards = engine_rewards(variant, batch.rewards, raw_scales if raw_scales is not None else [1.0] * batch.rewards.shape[1])
     return variant_credit(variant, rewards, batch.rollout.latents, batch.group_ids,
                           clean=batch.rollout.clean, step_noise=step_noise, reward_window=reward_window,
-                          objective_timing=objective_timing)
+                          timing_map=timing_map)
 
 
 def trained_step_order(batch_size: int, n_steps: int, n_trained: int, generator: torch.Generator) -> torch.Tensor:
@@ -258,13 +258,13 @@ def train_mode(base_model: TinyFlux, config: DemoConfig, variant: Variant, seed:
     combiner = MarbleCombiner() if variant.gradient_combination == "marble" else None
     raw_scales = config.task_regime.raw_scales
     window = collections.deque(maxlen=REWARD_WINDOW_BATCHES)  # the rewards the engine saw, earlier iterations
-    timed = variant.credit_config().objective_timing == "probe"
+    timed = variant.credit_config().uses_timing_map
     probes = collections.deque(maxlen=TIMING_WINDOW_BATCHES)  # the map's moments, earlier iterations
     for iteration in range(config.grpo_steps):
         batch = collect_batch(model, config, seed, iteration)
         timing_map = decided_from_moments(functools.reduce(operator.add, probes)) if probes else None
         credit, advantages = assign_credit(batch, variant, raw_scales, torch.cat(list(window)) if window else None,
-                                           objective_timing=timing_map)
+                                           timing_map=timing_map)
         window.append(engine_rewards(variant, batch.rewards, raw_scales))
         if timed:
             probes.append(rollout_moments(batch.rollout, batch.prompt_ids, batch.group_ids, batch.rewards,

@@ -133,12 +133,12 @@ def engine_rewards(variant: Variant, rewards: torch.Tensor, raw_scales) -> torch
 
 def variant_credit(variant: Variant, rewards: torch.Tensor, latents: torch.Tensor, group_ids: torch.Tensor,
                    clean: torch.Tensor = None, step_noise: torch.Tensor = None, reward_window: torch.Tensor = None,
-                   objective_timing: torch.Tensor = None):
+                   timing_map: torch.Tensor = None):
     """``(credit, advantages [B, T])`` of ``variant`` from the credit engine, given the rewards it sees
     (``engine_rewards``); for a rescaled variant the advantages are multiplied by
     ``rms(combined of rescale_to) / rms(own combined)`` on this batch. ``clean [B, T+1, ...]`` (predicted
     clean samples), ``step_noise [T]`` and ``reward_window [N, K]`` (earlier batches' rewards, for
-    ``reward_scale="window"``) and the map ``objective_timing [K, T]`` (for ``objective_timing="probe"``) go
+    ``reward_scale="window"``) and the map ``timing_map [K, T]`` (for ``objective_timing="probe"``) go
     to the variants that use them."""
     from otca_patch.credit import compute_credit
 
@@ -146,8 +146,8 @@ def variant_credit(variant: Variant, rewards: torch.Tensor, latents: torch.Tenso
     extra = {name: given[name] for name in modes.get(variant.mode).needs}
     if variant.options.get("reward_scale") == "window":
         extra["reward_window"] = reward_window
-    if variant.options.get("objective_timing") == "probe":
-        extra["objective_timing"] = objective_timing
+    if variant.credit_config().uses_timing_map:
+        extra["timing_map"] = timing_map
     credit = compute_credit(rewards, latents, group_ids, variant.credit_config(), **extra)
     if not variant.rescale_to:
         return credit, credit.advantages

@@ -59,12 +59,6 @@ def spec_choice_for(script: str | os.PathLike, chosen: Mapping[str, str],
     return spec_choice_for_script(script, list(specs))
 
 
-def spec_for(script: str | os.PathLike, chosen: Mapping[str, str], specs: Sequence[TargetSpec]) -> TargetSpec | None:
-    """``spec_choice_for``'s spec alone."""
-    choice = spec_choice_for(script, chosen, specs)
-    return None if choice is None else choice.spec
-
-
 def not_overridden(specs: Sequence[TargetSpec], explicit: Sequence[TargetSpec], checkout: Path) -> list[TargetSpec]:
     """``specs`` less those whose file in ``checkout`` ``--otca_target`` gives to a spec by name (a
     path two specs share: only the named one applies there)."""

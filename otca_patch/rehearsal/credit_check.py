@@ -45,7 +45,7 @@ def check(run_dir: Path, processes: int, report=print) -> list[str]:
         if any(r.get("objective_timing") != by_rank[0].get("objective_timing") for r in by_rank[1:]):
             problems.append(f"step {step}: the ranks logged different objective_timing maps")
         credit = credit_from_progress(gathered["rewards"], gathered["delta_s"], gathered["group_ids"],
-                                      CreditConfig(**by_rank[0]["config"]), objective_timing=timing)
+                                      CreditConfig(**by_rank[0]["config"]), timing_map=timing)
         start = 0
         for record in by_rank:
             count = len(record[prefix + "rewards"])

@@ -14,12 +14,12 @@ from typing import Optional
 
 import torch
 
-from .. import rank_check
+from . import rank_check
 from ..config import OtcaConfig
 from ..target_options import given_target_flags
 from ..credit import credit_from_progress
 from ..devices import follows_trainer, reward_device
-from ..distributed import gather_rows, local_rows, world
+from .distributed import gather_rows, local_rows, world
 from ..objective_set import Objectives, UpstreamRewards
 from ..runlog import RunLog
 from ..samples import SampleKeeper
@@ -124,7 +124,7 @@ class Runtime:
         gathered = gather_rows(rewards.to(device))
         timing = self.timing_probe.map_for_credit()  # the probes before this step's (None: not yet measured)
         result = credit_from_progress(gathered, gather_rows(delta_s), group_ids, self.credit_config,
-                                      objective_timing=None if timing is None else timing.to(device))
+                                      timing_map=None if timing is None else timing.to(device))
         self.timing_probe.measure(gathered, group_ids, batch)
         local = {name: local_rows(value, batch) for name, value in result.tensors().items()}
         local["group_ids"] = local_rows(group_ids, batch)

@@ -15,10 +15,10 @@ import time
 
 import torch
 
-from .. import rank_check
+from . import rank_check
 from ..credit import similarity_to_final, step_progress
-from ..distributed import world
-from ..invariants import TrainedStepCheck
+from .distributed import world
+from .invariants import TrainedStepCheck
 from .base import Runtime
 
 #: the samples key of the per-step advantage ``[B, S-1]``, permuted with the steps
@@ -37,8 +37,6 @@ class GrpoRuntime(Runtime):
 
     def __init__(self, config, spec):
         super().__init__(config, spec)
-        if config.otca_video_frames < 1:  # the video targets' flag (any other target refuses it)
-            raise ValueError(f"--otca_video_frames: need at least 1 frame, got {config.otca_video_frames}")
         self.step_check = TrainedStepCheck()
         self.upstream_functions = {}
         # before upstream builds its models: a bad checkpoint stops the run early

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import torch
 
-from ..distributed import average_gradients
+from .distributed import average_gradients
 from .dancegrpo import GrpoRuntime, frames_to_tensor
 from .wan22 import ExpertRouter, is_wan22_checkpoint, load_experts, save_experts
 

@@ -11,9 +11,9 @@ import time
 
 import torch
 
-from .. import rank_check
+from . import rank_check
 from ..credit import modes, similarity_to_final, step_progress
-from ..invariants import TrainedStepCheck
+from .invariants import TrainedStepCheck
 from ..objective_set import UpstreamRewards
 from .base import Runtime
 from .flowgrpo_groups import group_ids_from_keys, prompt_keys

@@ -30,8 +30,8 @@ import sys
 
 import torch
 
-from ..distributed import world
-from ..invariants import FINGERPRINT_KEY, fingerprints
+from .distributed import world
+from .invariants import FINGERPRINT_KEY, fingerprints
 from ..objective_set import UpstreamRewards
 from .dancegrpo import GrpoRuntime
 

@@ -35,7 +35,7 @@ def install_for_run(spec: TargetSpec, config: OtcaConfig, path: str, chosen: str
     """``install`` for the process that runs the upstream file at ``path``: the runtime keeps why its
     spec was chosen (``chosen``, for the run log), and every rank or none is checked once the
     trainer's process group exists, before any rollout (``rank_check``)."""
-    from .. import rank_check  # torch.distributed: only in the process that trains
+    from . import rank_check  # torch.distributed: only in the process that trains
 
     runtime = install(spec, config)
     runtime.spec_chosen = chosen  # several upstreams share a path: the run log says which and why

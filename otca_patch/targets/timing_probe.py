@@ -19,7 +19,7 @@ from typing import Callable, Optional, Sequence
 import torch
 
 from ..credit.timing import TimingMoments, decided_from_moments, timing_moments
-from ..distributed import gather_rows, world
+from .distributed import gather_rows, world
 from ..target_options import TargetOptions
 
 #: the probe's flags and the smallest value each takes
@@ -31,7 +31,7 @@ class TimingProbe:
     """One rank's probe: the schedule, the probed samples of the current step and the pooled moments."""
 
     def __init__(self, config):
-        self.active = config.credit_config().objective_timing == "probe"
+        self.active = config.credit_config().uses_timing_map
         for name, least in FLAG_MINIMA.items():
             value = getattr(config, name)
             if not isinstance(value, int) or value < least:

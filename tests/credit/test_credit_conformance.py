@@ -11,18 +11,18 @@ the mixture need not be unique, so it conforms when it lies on the simplex and r
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
 import torch
+from upstream_snapshots import missing, shared_dir
 
 from otca_patch.credit import CreditConfig, compute_credit
 
 TESTS = Path(__file__).resolve().parents[1]
 VENDORED = TESTS / "data" / "conformance"
-#: The spec's own folder beside the repository (or $OTCA_SHARED), where a development checkout has it.
-SHARED = Path(os.environ.get("OTCA_SHARED") or TESTS.parent.parent / "shared") / "conformance"
+#: The spec's own folder beside the repository (or $OTCA_SHARED), where a development checkout and CI have it.
+SHARED = shared_dir() / "conformance"
 FILES = ("credit_cases.json", "credit_options_cases.json")
 TOLERANCE = 1e-5
 #: Spec section 6, by name and shape (in terms of B, T, K).
@@ -90,7 +90,7 @@ def test_vendored_vectors_equal_the_specs_own(name):
     """Where the spec's folder is beside the repository, the vendored copy is that file, unchanged."""
     original = SHARED / name
     if not original.is_file():
-        pytest.skip(f"{original} not present (a bare clone): the vendored copy is the reference")
+        missing(f"{original} not present (a bare clone): the vendored copy is the reference")
     assert (VENDORED / name).read_bytes() == original.read_bytes(), f"re-vendor {original} into {VENDORED}"
 
 

@@ -9,7 +9,7 @@ import torch
 from otca_patch.credit import MODES, PEER_MODES, CreditConfig, compute_credit, credit_from_progress, modes
 from otca_patch.credit.modes import Assigned, register_mode
 
-ENGINE = Path(__file__).resolve().parents[2] / "otca_patch" / "credit" / "engine.py"
+CREDIT = Path(__file__).resolve().parents[2] / "otca_patch" / "credit"
 
 
 @pytest.fixture
@@ -74,10 +74,45 @@ def test_every_declared_input_has_a_check():
     assert set(modes.INPUTS) == inputs.checked_inputs()
 
 
-def test_the_engine_compares_no_mode_name():
-    """The engine reads facts from the registry; a string constant naming a mode appears in none of its
-    comparisons (``config.mode == "coca"``, ``mode in ("moca", "otca")``)."""
-    tree = ast.parse(ENGINE.read_text())
+@pytest.mark.parametrize("module", ["engine.py", "batch.py"])
+def test_the_engine_compares_no_mode_name(module):
+    """The engine and its input checks read facts from the registry; a string constant naming a mode
+    appears in none of their comparisons (``config.mode == "coca"``, ``mode in ("moca", "otca")``)."""
+    tree = ast.parse((CREDIT / module).read_text())
     named = [node.lineno for node in ast.walk(tree) if isinstance(node, ast.Compare)
              for const in ast.walk(node) if isinstance(const, ast.Constant) and const.value in modes.names()]
     assert named == []
+
+
+#: a value of every input a mode can declare, for the ``_batch()`` shapes (B = 6, T = 4, states of 4 values)
+INPUT_VALUES = {"clean": lambda: torch.randn(6, 5, 4, generator=torch.Generator().manual_seed(5)),
+                "step_noise": lambda: torch.full((4,), 0.2)}
+
+
+@pytest.fixture
+def moca_calls(monkeypatch):
+    """The names of MOCA's functions as they are called (the real ones run)."""
+    from otca_patch.credit import moca
+
+    calls = []
+    for name in ("exploration_bias", "min_norm_fusion", "group_fusion"):
+        real = getattr(moca, name)
+        monkeypatch.setattr(moca, name, lambda *a, _real=real, _name=name, **k: (calls.append(_name), _real(*a, **k))[1])
+    return calls
+
+
+@pytest.mark.parametrize("name", modes.names())
+@pytest.mark.parametrize("fusion", ["sample", "group"])
+def test_a_mode_computes_mocas_fusion_only_when_its_body_uses_it(name, fusion, moca_calls):
+    """The registry's ``fuses`` fact is what the body does: a mode that does not fuse leaves MOCA to the
+    first read of ``Credit.lambdas`` / ``mixture``, which then gives the fusing modes' values."""
+    rewards, latents, groups = _batch()
+    extra = {needed: INPUT_VALUES[needed]() for needed in modes.get(name).needs}
+    credit = compute_credit(rewards, latents, groups, CreditConfig(mode=name, fusion=fusion), **extra)
+    fused = ["exploration_bias", "group_fusion" if fusion == "group" else "min_norm_fusion"]
+    assert moca_calls == (fused if modes.get(name).fuses else [])
+    reference = compute_credit(rewards, latents, groups, CreditConfig(mode="otca", fusion=fusion))
+    torch.testing.assert_close(credit.mixture, reference.mixture, atol=1e-6, rtol=0)
+    torch.testing.assert_close(credit.lambdas, reference.lambdas, atol=1e-6, rtol=0)
+    assert moca_calls == fused + fused  # once for this credit (in the mode, or at the first read), once for the reference
+    assert set(credit.tensors()) >= {"lambdas", "mixture"}

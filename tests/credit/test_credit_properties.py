@@ -16,10 +16,8 @@ import torch
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from otca_patch.credit import CreditConfig, compute_credit, similarity_to_final
+from otca_patch.credit import CreditConfig, compute_credit, modes, similarity_to_final
 
-ALL_MODES = ("otca", "moca", "tcd", "multi_grpo", "gdpo", "sum")
-BROADCAST_MODES = ("moca", "multi_grpo", "gdpo", "sum")
 QUANTITIES = ("similarity", "delta_s", "step_share", "step_weights", "objective_advantages",
               "trajectory_score", "lambdas", "mixture", "combined", "advantages")
 PER_SAMPLE = QUANTITIES  # every section-6 quantity has the sample on dim 0
@@ -67,12 +65,17 @@ def batches(draw, style=None, n_objectives=None, min_group_size=1, max_group_siz
     return {"rewards": rewards, "latents": latents, "group_ids": group_ids, "style": style}
 
 
-configs = st.builds(
-    CreditConfig,
-    mode=st.sampled_from(ALL_MODES),
-    w_min=st.one_of(st.sampled_from([0.0, 0.5, 1.0]), st.floats(0, 1)),
-    explore=st.one_of(st.sampled_from([0.0, 1.0]), st.floats(0, 3)),
-)
+def property_modes() -> tuple:
+    """The registered modes that run on rewards and progress alone (no declared input), read from the
+    registry when drawn: a mode registered later is drawn too."""
+    return tuple(name for name in modes.names() if not modes.get(name).needs)
+
+
+@st.composite
+def configs(draw):
+    return CreditConfig(mode=draw(st.sampled_from(property_modes())),
+                        w_min=draw(st.one_of(st.sampled_from([0.0, 0.5, 1.0]), st.floats(0, 1))),
+                        explore=draw(st.one_of(st.sampled_from([0.0, 1.0]), st.floats(0, 3))))
 
 
 def run(data, config=None, **kwargs):
@@ -110,7 +113,7 @@ def reference_vanilla(rewards: torch.Tensor, group_ids: torch.Tensor) -> torch.T
 
 
 @SETTINGS
-@given(data=batches(), config=configs)
+@given(data=batches(), config=configs())
 def test_step_weights_have_mean_one_and_floor_w_min(data, config):
     credit = run(data, config)
     n_steps = data["latents"].shape[1] - 1
@@ -161,7 +164,7 @@ def test_one_step_chunks_equal_one_big_chunk(data, n_chunks):
 
 
 @SETTINGS
-@given(data=batches(), config=configs)
+@given(data=batches(), config=configs())
 def test_mixture_on_simplex_and_reproduces_combined(data, config):
     credit = run(data, config)
     mixture, adv = credit.mixture.double(), credit.objective_advantages.double()
@@ -173,18 +176,18 @@ def test_mixture_on_simplex_and_reproduces_combined(data, config):
     assert bool((lambdas[adv.mean(dim=-1) <= -1e-6] == 0).all())
     fused = (lambdas / 2).clamp(min=adv.min(dim=-1).values).clamp(max=adv.max(dim=-1).values)
     close((mixture * adv).sum(dim=-1), fused, atol=1e-5, msg="mixture @ A")
-    if config.mode in ("otca", "moca"):
+    if modes.get(config.mode).fuses:
         close(credit.combined, fused, atol=1e-5, msg="combined = clip(lambda / 2, min A, max A)")
         close((mixture * adv).sum(dim=-1), credit.combined.double(), atol=1e-5, msg="mixture @ A == combined")
 
 
 @SETTINGS
-@given(data=batches(), config=configs)
+@given(data=batches(), config=configs())
 def test_step_constant_when_uniform_weights_or_broadcast_mode(data, config):
     credit = run(data, config)
     n_steps = data["latents"].shape[1] - 1
     broadcast = credit.combined.unsqueeze(-1).expand(-1, n_steps)
-    if config.mode in BROADCAST_MODES:
+    if not modes.get(config.mode).step_weighted:
         close(credit.advantages, broadcast, atol=1e-6)
     uniform = run(data, CreditConfig(mode=config.mode, w_min=1.0, explore=config.explore))
     assert bool((uniform.step_weights == 1).all())
@@ -196,30 +199,29 @@ def test_step_constant_when_uniform_weights_or_broadcast_mode(data, config):
 @SETTINGS
 @given(data=batches(n_objectives=1))
 def test_single_objective_is_the_vanilla_group_advantage(data):
+    """With one objective every mode's combined advantage is the vanilla group advantage (normalised
+    once more over the batch for a ``whole_batch_std`` mode), spread by TCD's weights or broadcast."""
     vanilla = reference_vanilla(data["rewards"][:, 0], data["group_ids"])
     n_steps = data["latents"].shape[1] - 1
-    for mode in ("moca", "sum", "multi_grpo"):
-        credit = run(data, CreditConfig(mode=mode))
-        close(credit.combined, vanilla, atol=1e-6, rtol=1e-6, msg=mode)
-        close(credit.advantages, vanilla.unsqueeze(-1).expand(-1, n_steps), atol=1e-6, rtol=1e-6, msg=mode)
-    for mode in ("otca", "tcd"):
-        credit = run(data, CreditConfig(mode=mode))
-        close(credit.combined, vanilla, atol=1e-6, rtol=1e-6, msg=mode)
-        close(credit.advantages, vanilla.unsqueeze(-1) * credit.step_weights.double(), atol=1e-6, rtol=1e-6, msg=mode)
-    assert bool((run(data).mixture == 1).all())
-    gdpo = run(data, CreditConfig(mode="gdpo")).combined
     if vanilla.numel() > 1:
-        expected = (vanilla - vanilla.mean()) / (vanilla.std() + 1e-8)
+        batch_normalised = (vanilla - vanilla.mean()) / (vanilla.std() + 1e-8)
     else:
-        expected = torch.zeros_like(vanilla)
-    close(gdpo, expected, atol=1e-5, rtol=1e-5, msg="gdpo")
+        batch_normalised = torch.zeros_like(vanilla)
+    for mode in property_modes():
+        credit = run(data, CreditConfig(mode=mode))
+        whole_batch = modes.get(mode).whole_batch_std
+        expected, tolerance = (batch_normalised, 1e-5) if whole_batch else (vanilla, 1e-6)
+        close(credit.combined, expected, atol=tolerance, rtol=tolerance, msg=mode)
+        per_step = credit.step_weights.double() if modes.get(mode).step_weighted else torch.ones(1, n_steps)
+        close(credit.advantages, expected.unsqueeze(-1) * per_step, atol=tolerance, rtol=tolerance, msg=mode)
+        assert bool((credit.mixture == 1).all()), mode
 
 
 # ----------------------------------------------------------------------------- symmetries
 
 
 @SETTINGS
-@given(data=batches(style="continuous"), config=configs, perm_seed=st.integers(0, 2**31 - 1))
+@given(data=batches(style="continuous"), config=configs(), perm_seed=st.integers(0, 2**31 - 1))
 def test_permuting_samples_permutes_outputs(data, config, perm_seed):
     batch = data["rewards"].shape[0]
     perm = torch.randperm(batch, generator=torch.Generator().manual_seed(perm_seed))  # within and across groups
@@ -231,7 +233,7 @@ def test_permuting_samples_permutes_outputs(data, config, perm_seed):
 
 
 @SETTINGS
-@given(data=batches(), config=configs, labels=st.lists(st.integers(-2**40, 2**40), min_size=4, max_size=4, unique=True))
+@given(data=batches(), config=configs(), labels=st.lists(st.integers(-2**40, 2**40), min_size=4, max_size=4, unique=True))
 def test_relabelling_groups_changes_nothing(data, config, labels):
     original = data["group_ids"]
     distinct = sorted(set(original.tolist()))
@@ -246,7 +248,7 @@ def test_relabelling_groups_changes_nothing(data, config, labels):
 
 
 @SETTINGS
-@given(data=batches(style="continuous", min_group_size=3), config=configs,
+@given(data=batches(style="continuous", min_group_size=3), config=configs(),
        log_scales=st.lists(st.floats(-1, 3), min_size=4, max_size=4))
 def test_positive_rescaling_of_an_objective_changes_nothing(data, config, log_scales):
     """``A = (r - mean) / (std + adv_eps)`` is scale-free up to ``adv_eps``: scaling objective k by
@@ -260,8 +262,7 @@ def test_positive_rescaling_of_an_objective_changes_nothing(data, config, log_sc
     k = rewards.shape[1]
     for label in set(group_ids.tolist()):
         assume(bool((rewards[group_ids == label].std(dim=0) > 0.05).all()))
-    config = CreditConfig(mode="gdpo" if config.mode == "sum" else config.mode, w_min=config.w_min,
-                          explore=config.explore)
+    assume(not modes.get(config.mode).vanilla)  # one summed raw reward: invariant to a common scale only (below)
     base = run(data, config)
     adv = base.objective_advantages.double()
     gaps = (adv.unsqueeze(-1) - adv.unsqueeze(-2)).abs() + torch.eye(k, dtype=torch.float64) * 10
@@ -272,15 +273,16 @@ def test_positive_rescaling_of_an_objective_changes_nothing(data, config, log_sc
         close(getattr(scaled, name), getattr(base, name), atol=1e-4, msg=name)
     # The single-reward baseline sums raw rewards, so it is invariant to a common scale only.
     common = float(scales[0])
-    summed = run(data, CreditConfig(mode="sum"))
-    close(run(dict(data, rewards=rewards * common), CreditConfig(mode="sum")).combined, summed.combined, atol=1e-4)
+    for mode in (name for name in property_modes() if modes.get(name).vanilla):
+        summed = run(data, CreditConfig(mode=mode))
+        close(run(dict(data, rewards=rewards * common), CreditConfig(mode=mode)).combined, summed.combined, atol=1e-4)
 
 
 # ----------------------------------------------------------------------------- purity
 
 
 @SETTINGS
-@given(data=batches(), config=configs,
+@given(data=batches(), config=configs(),
        latent_dtype=st.sampled_from([torch.bfloat16, torch.float16, torch.float32, torch.float64]),
        reward_dtype=st.sampled_from([torch.float32, torch.float64, torch.int64]),
        id_dtype=st.sampled_from([torch.int32, torch.int64]))
@@ -308,3 +310,28 @@ def test_float32_latents_are_not_aliased_into_the_work_buffer(dtype):
     for chunk_bytes in (1, 4 * 3 * 7 * 4 * 2, 1 << 30):
         compute_credit(torch.randn(4, 2, generator=gen), latents, [0, 0, 1, 1], chunk_bytes=chunk_bytes)
     assert torch.equal(latents, before)
+
+
+# ----------------------------------------------------------------------------- the modes come from the registry
+
+
+@pytest.fixture
+def made_up_mode():
+    """A mode registered for one test: the mean of the objective advantages, the same at every step."""
+    from otca_patch.credit.modes import register_mode
+
+    @register_mode("test_mean_of_objectives", title="mean of the objective advantages")
+    def mean_of_objectives(x):
+        return x.spread(x.objective_advantages.mean(dim=-1))
+    yield "test_mean_of_objectives"
+    del modes._REGISTRY["test_mean_of_objectives"]
+
+
+def test_a_newly_registered_mode_gets_the_property_tests(made_up_mode):
+    from hypothesis import find
+
+    assert made_up_mode in property_modes()
+    assert find(configs(), lambda config: config.mode == made_up_mode).mode == made_up_mode
+    # and the properties hold for it: these draw it among the others, and check it in every example
+    test_single_objective_is_the_vanilla_group_advantage()
+    test_step_constant_when_uniform_weights_or_broadcast_mode()

@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from otca_patch.credit.timing import (decided, decided_by, decided_interval, decided_from_moments, timing_moments,
-                                      timing_weights)
+from otca_patch.credit.timing import (decided, decided_by, decided_interval, decided_from_moments, timed_advantages,
+                                      timing_moments, timing_weights)
 
 
 def _orthonormal_within_groups(n_groups: int, size: int, count: int, seed: int) -> torch.Tensor:
@@ -117,11 +117,27 @@ def test_timing_weights_have_mean_one_a_floor_and_follow_increments():
     assert torch.allclose(timing_weights(value, floor=1.0), torch.ones(4, 4, dtype=torch.float64), atol=1e-12)
 
 
+def test_timed_advantages_are_computed_in_float64_from_float32_inputs():
+    """``c @ W`` of float32 values whose float32 product would round: the result is float64 and
+    matches the sum worked out exactly (every operand is a small dyadic number)."""
+    contributions = torch.tensor([[1.0, 2.0 ** -30], [3.0, -1.0]], dtype=torch.float32)
+    weights = torch.tensor([[1.0 + 2.0 ** -10, 0.5], [1.0, 1.5]], dtype=torch.float32)
+    step_weights = torch.tensor([[1.0, 2.0], [0.5, 1.0]], dtype=torch.float32)
+    got = timed_advantages(contributions, weights, step_weights)
+    assert got.dtype == torch.float64
+    expected = [[1.0 + 2.0 ** -10 + 2.0 ** -30, 2.0 * (0.5 + 1.5 * 2.0 ** -30)],
+                [0.5 * (3.0 + 3.0 * 2.0 ** -10 - 1.0), 1.5 - 1.5]]
+    torch.testing.assert_close(got, torch.tensor(expected, dtype=torch.float64), atol=1e-15, rtol=0)
+
+
 @pytest.mark.parametrize("call, message", [
     (lambda: decided(torch.zeros(4, 2), torch.zeros(4, 2), torch.zeros(4, dtype=torch.long)), "step_scores: expected a float tensor with 3 dims"),
     (lambda: decided(torch.zeros(4, 2, 3), torch.zeros(4, 3), torch.zeros(4, dtype=torch.long)), "final_scores: expected shape [B, K] = [4, 2]"),
     (lambda: decided(torch.zeros(4, 2, 3), torch.zeros(4, 2), torch.zeros(3, dtype=torch.long)), "group_ids: expected [4] integer labels"),
     (lambda: decided_interval(timing_moments(torch.randn(4, 1, 2), torch.randn(4, 1), torch.tensor([0, 0, 1, 1]))), "dof: a Fisher interval needs"),
+    (lambda: timed_advantages(torch.zeros(4, 2), torch.ones(3, 5), torch.ones(4, 5)), "objective_step_weights: expected a float tensor [2, ?], got torch.Size([3, 5])"),
+    (lambda: timed_advantages(torch.zeros(4, 2), torch.ones(2, 5), torch.ones(4, 4)), "step_weights: expected a float tensor [4, 5]"),
+    (lambda: timed_advantages(torch.zeros(4, 2, dtype=torch.long), torch.ones(2, 5), torch.ones(4, 5)), "contributions: expected a float tensor [?, ?]"),
 ])
 def test_bad_inputs_are_named(call, message):
     with pytest.raises(ValueError) as info:

@@ -149,7 +149,7 @@ def _map(case, dtype=torch.float32):
 def _run(case, dtype=torch.float32):
     return compute_credit(torch.tensor(case["rewards"], dtype=dtype), torch.tensor(case["latents"], dtype=dtype),
                           torch.tensor(case["group_ids"]), CreditConfig(**case["config"]),
-                          objective_timing=_map(case, dtype))
+                          timing_map=_map(case, dtype))
 
 
 def test_the_vectors_are_what_the_reference_computes():
@@ -194,7 +194,7 @@ def test_credit_from_progress_takes_the_map_too():
     case = CASES[0]
     full = _run(case, torch.float64)
     again = credit_from_progress(torch.tensor(case["rewards"]), full.delta_s.double(), torch.tensor(case["group_ids"]),
-                                 CreditConfig(**case["config"]), objective_timing=_map(case, torch.float64))
+                                 CreditConfig(**case["config"]), timing_map=_map(case, torch.float64))
     torch.testing.assert_close(again.advantages, full.advantages, atol=1e-6, rtol=0)
 
 
@@ -211,14 +211,33 @@ def test_objective_timing_is_a_flag():
     ({"objective_timing": "always"}, {}, "objective_timing: must be one of off, probe"),
     ({"objective_timing": "probe", "timing_floor": 1.5}, {}, "timing_floor: must lie in [0, 1]"),
     ({"objective_timing": "probe", "mode": "coca"}, {}, "objective_timing: probe spreads each objective's share"),
-    ({}, {"objective_timing": torch.ones(2, 2)}, "objective_timing: a map was given but the option"),
-    ({"objective_timing": "probe"}, {"objective_timing": torch.ones(2, 3)}, "objective_timing: expected a float map [K, T] = [2, 2]"),
-    ({"objective_timing": "probe"}, {"objective_timing": torch.full((2, 2), 1.5)}, "must lie in [0, 1]"),
+    ({}, {"timing_map": torch.ones(2, 2)}, "timing_map: a map was given but the option objective_timing is 'off'"),
+    ({"objective_timing": "probe"}, {"timing_map": torch.ones(2, 3)}, "timing_map: expected a float map [K, T] = [2, 2]"),
+    ({"objective_timing": "probe"}, {"timing_map": torch.full((2, 2), 1.5)},
+     "timing_map: every value must lie in [0, 1] (NaN: undefined); objective 0, step 1 holds 1.5"),
+    ({"objective_timing": "probe"}, {"timing_map": torch.tensor([[0.5, math.nan], [0.5, math.inf]])},
+     "timing_map: every value must lie in [0, 1] (NaN: undefined); objective 1, step 2 holds inf"),
+    ({"objective_timing": "probe"}, {"timing_map": torch.tensor([[-math.inf, 0.5], [0.5, 0.5]])},
+     "objective 0, step 1 holds -inf"),
 ])
 def test_bad_timing_options_and_maps_are_named(options, extra, message):
     with pytest.raises(ValueError) as info:
         compute_credit(torch.randn(4, 2), torch.randn(4, 3, 2), torch.tensor([0, 0, 1, 1]), CreditConfig(**options), **extra)
     assert message in str(info.value)
+
+
+def test_a_row_with_an_undefined_step_gets_uniform_weights_and_other_rows_keep_theirs():
+    """NaN is the one value outside [0, 1] a map may hold: that objective is not decided yet."""
+    case = CASES[0]
+    decided = _map(case, torch.float64)
+    decided[0, 1] = math.nan
+    credit = compute_credit(torch.tensor(case["rewards"]), torch.tensor(case["latents"]), torch.tensor(case["group_ids"]),
+                            CreditConfig(**case["config"]), timing_map=decided)
+    weights = reference_timing_weights([[None if math.isnan(v) else v for v in row] for row in decided.tolist()],
+                                       case["config"]["timing_floor"])
+    torch.testing.assert_close(credit.objective_step_weights.double(), torch.tensor(weights, dtype=torch.float64),
+                               atol=1e-6, rtol=0)
+    assert credit.objective_step_weights[0].tolist() == [1.0] * decided.shape[1]
 
 
 if __name__ == "__main__" and "--write" in sys.argv:
@@ -237,6 +256,6 @@ def test_a_uniform_map_keeps_each_mode_and_the_parts_add_up_to_the_combined_adva
     groups = torch.tensor([5, 5, 5, 5, 2, 2, 2, 2, 9, 9, 9, 9])
     own = compute_credit(rewards, latents, groups, CreditConfig(**options))
     timed = compute_credit(rewards, latents, groups, CreditConfig(objective_timing="probe", **options),
-                           objective_timing=torch.ones(2, 4, dtype=torch.float64))
+                           timing_map=torch.ones(2, 4, dtype=torch.float64))
     torch.testing.assert_close(timed.objective_step_weights, torch.ones(2, 4), atol=1e-5, rtol=0)
     torch.testing.assert_close(timed.advantages, own.advantages, atol=2e-5, rtol=0)

@@ -242,7 +242,7 @@ def test_the_shipped_specs_state_reads_and_pin_the_trained_column():
 def test_the_trained_step_invariant():
     import torch
 
-    from otca_patch.invariants import TrainedStepCheck
+    from otca_patch.targets.invariants import TrainedStepCheck
 
     check_ = TrainedStepCheck()
     latents = torch.randn(2, 3, 4)  # [B, S-1, ...]

@@ -17,9 +17,9 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from otca_patch import rank_check
+from otca_patch.targets import rank_check
 from otca_patch.config import OtcaConfig
-from otca_patch.rank_check import KEY_PREFIX, RankError, check_ranks
+from otca_patch.targets.rank_check import KEY_PREFIX, RankError, check_ranks
 from free_port import free_port
 from test_launch import REPO, launch, synthetic_upstream
 
@@ -140,7 +140,7 @@ DIST_TRAINER = textwrap.dedent('''\
 
 GATHERING_RUNTIME = textwrap.dedent('''\
     import torch
-    from otca_patch.distributed import gather_rows
+    from otca_patch.targets.distributed import gather_rows
 
     class Runtime:
         def __init__(self, config, spec):
@@ -249,8 +249,8 @@ ROWS_WORKER = textwrap.dedent('''\
     import sys
     import torch
     import torch.distributed as dist
-    from otca_patch.distributed import gather_rows
-    from otca_patch.rank_check import RankError
+    from otca_patch.targets.distributed import gather_rows
+    from otca_patch.targets.rank_check import RankError
 
     dist.init_process_group("gloo")
     rank = dist.get_rank()
@@ -294,7 +294,7 @@ def test_without_the_launcher_layout_the_missing_host_is_unknown():
 
 def test_after_a_failed_check_every_later_collective_of_the_layer_refuses(monkeypatch):
     """Should upstream catch the error and go on, the layer's gather still never runs."""
-    from otca_patch import distributed
+    from otca_patch.targets import distributed
 
     monkeypatch.setattr(rank_check, "_pending", rank_check._Pending())
     monkeypatch.setattr(dist, "is_initialized", lambda: True)
@@ -351,7 +351,7 @@ LATE_RANK = textwrap.dedent('''\
     import sys, time
     from datetime import timedelta
     import torch.distributed as dist
-    from otca_patch import rank_check
+    from otca_patch.targets import rank_check
 
     window, late = float(sys.argv[1]), float(sys.argv[2])
     explicit = float(sys.argv[3]) if len(sys.argv) > 3 else None

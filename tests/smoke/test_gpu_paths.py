@@ -41,7 +41,7 @@ def test_on_cuda_each_rank_opens_an_nccl_world_then_sets_its_gpu_as_upstream(mon
     collective and no tensor on a device (NCCL would put every rank's on GPU 0)."""
     import threading
 
-    from otca_patch import rank_check
+    from otca_patch.targets import rank_check
 
     cuda = FakeCuda(monkeypatch, devices=2)
     monkeypatch.setenv(environment.DEVICE_ENV, "cuda")

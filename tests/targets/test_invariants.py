@@ -1,4 +1,4 @@
-"""The trained-step invariant (``otca_patch/invariants.py``): bf16 trajectories, a reversed or shuffled
+"""The trained-step invariant (``otca_patch/targets/invariants.py``): bf16 trajectories, a reversed or shuffled
 step order stopped at the first read, FlowGRPO's layout (``compute_log_prob(..., sample, j)``), and the
 memory it costs: no copy of the batch at the first step, nothing at later steps."""
 import pytest
@@ -6,7 +6,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from otca_patch.hooks import PatchError
-from otca_patch.invariants import FINGERPRINT_KEY, TrainedStepCheck, fingerprints, same_step
+from otca_patch.targets.invariants import FINGERPRINT_KEY, TrainedStepCheck, fingerprints, same_step
 
 
 def trajectory(batch=3, steps=6, shape=(4, 16, 16), dtype=torch.bfloat16, seed=0) -> torch.Tensor:

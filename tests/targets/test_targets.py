@@ -24,6 +24,12 @@ def test_a_target_only_flag_is_refused_by_targets_that_do_not_take_it(tmp_path):
     runtime_for("dancegrpo-hunyuan", config(tmp_path, otca_video_frames=8))  # a video target takes it
 
 
+def test_no_video_target_is_built_with_fewer_than_one_frame(tmp_path):
+    """The configuration refuses it, so the video runtimes need no check of their own."""
+    with pytest.raises(ValueError, match=r"^--otca_video_frames: give at least 1 frame per video, got 0$"):
+        runtime_for("dancegrpo-hunyuan", config(tmp_path, otca_video_frames=0))
+
+
 def test_targets_share_a_family_runtime_class_and_each_instance_knows_its_own_spec(tmp_path):
     flux, qwen = runtime_for("dancegrpo-flux", config(tmp_path)), runtime_for("dancegrpo-qwenimage", config(tmp_path))
     assert type(flux) is type(qwen) and type(flux).__name__ == "GrpoRuntime"

@@ -23,7 +23,7 @@ WORKER = textwrap.dedent('''
     import torch.distributed as dist
     from torch import nn
     from otca_patch.config import OtcaConfig
-    from otca_patch import distributed
+    from otca_patch.targets import distributed
     from otca_patch.targets.registry import runtime_for
 
     out, bucket_bytes = sys.argv[1], int(sys.argv[2])

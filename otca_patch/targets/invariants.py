@@ -17,7 +17,7 @@ from typing import Callable
 
 import torch
 
-from .hooks.errors import PatchError
+from ..hooks.errors import PatchError
 
 #: the samples key of the fingerprints ``[B, S, 2]``, moved by upstream with the advantages
 FINGERPRINT_KEY = "otca_step_fingerprints"

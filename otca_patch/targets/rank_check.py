@@ -31,7 +31,7 @@ from typing import Optional
 
 import torch.distributed as dist
 
-from .hooks.errors import PatchError
+from ..hooks.errors import PatchError
 
 #: where the entries live in the process group's store (``v1``: this entry format)
 KEY_PREFIX = "otca_patch/rank_check/v1"
@@ -56,8 +56,8 @@ class RankError(PatchError):
 
 def entry(config, spec, script: str) -> dict:
     """What this process runs, as the other ranks compare it (JSON-able)."""
-    from . import __version__
-    from .hooks.source import file_sha256
+    from .. import __version__
+    from ..hooks.source import file_sha256
 
     flags = {name: value for name, value in config.to_dict().items() if name not in LOCAL_FLAGS}
     flags["otca_reward_opt"] = {name: {key: value for key, value in options.items() if not _names_a_path(value)}
@@ -84,8 +84,8 @@ def checkpoint_identities(config) -> dict:
     other ``--otca_reward_opt`` whose value is a path: the whole content of each is hashed, once."""
     from pathlib import Path
 
-    from .rewards.checkpoints import CheckpointError, identity
-    from .rewards.registry import available, checkpoint_paths
+    from ..rewards.checkpoints import CheckpointError, identity
+    from ..rewards.registry import available, checkpoint_paths
 
     identities = {}
     for name in config.otca_rewards:
