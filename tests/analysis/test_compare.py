@@ -144,6 +144,38 @@ def test_one_run_alone_gets_its_pictures_without_wandb(tmp_path):
                  "mixture_otca.png"):
         assert (tmp_path / "out" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
         assert f"({name})" in report
+    # nothing that needs a second run: no verdict, no steps-to-reach table, no "reference"
+    assert report.startswith("# Run otca\n")
+    for needs_two in ("## Verdict", "Steps to reach", "reference", "comparison"):
+        assert needs_two not in report, needs_two
+    assert "## Final scores" in report and "## Balanced score" in report
+
+
+def test_compare_on_folders_that_do_not_exist_names_them(tmp_path, capsys):
+    from otca_patch.analysis.compare import main
+
+    runs = tmp_path / "ab_runs" / "x"
+    assert main([str(runs / "vanilla"), str(runs / "otca"), "--out", str(runs / "compare")]) == 2
+    error = capsys.readouterr().err
+    assert f"no such run folder or log file: {runs / 'vanilla'}, {runs / 'otca'}" in error
+    assert "labels" not in error and not (runs / "compare").exists()
+
+
+def test_the_header_names_the_trainer_file_each_side_ran(tmp_path):
+    for side, file in (("vanilla", "fastvideo/train_grpo_flux.py"), ("otca", "fastvideo/train_grpo_flux_mine.py")):
+        write_run(tmp_path / side, base, steps=4)
+        log = tmp_path / side / "run_log.jsonl"
+        records = [json.loads(line) for line in log.read_text().splitlines()]
+        log.write_text("".join(json.dumps({**r, "spec": {"target": "dancegrpo-flux", "file": file}}) + "\n"
+                               for r in records))
+    write_run(tmp_path / "old", base, steps=4)  # a log without the spec record
+    report = compare([tmp_path / "vanilla", tmp_path / "otca", tmp_path / "old"], tmp_path / "out").read_text()
+    rows = {line.split(" | ")[0].strip("| "): line.split(" | ")[2] for line in report.splitlines()
+            if line.startswith("| ") and "`" in line and "run_log.jsonl" in line}
+    assert rows == {"vanilla": "`fastvideo/train_grpo_flux.py` (dancegrpo-flux)",
+                    "otca": "`fastvideo/train_grpo_flux_mine.py` (dancegrpo-flux)",
+                    "old": "not logged (a run log from before the layer recorded it)"}
+    assert "the runs rewrote different trainer files" in report
 
 
 def test_a_step_logged_twice_is_an_error_naming_both_lines(tmp_path):
