@@ -2,11 +2,13 @@
 eye (``otca-patch compare`` lays them out as ``samples.png``).
 
 ``<log dir>/samples/first/`` holds the first training step's samples, ``<log dir>/samples/last/``
-the latest step's (rewritten every step, so a stopped run still has its last one). Each holds
-``samples.json`` (``step``, ``prompts``, ``files``, ``frames``) and one PNG per sample: an image, or
-for a video a strip of ``frames`` frames spread over it. One sample per distinct prompt comes first,
-so the columns show different prompts; two runs with the same seed (the A/B sides) keep the same
-prompts and noise at the same step.
+the latest step's (rewritten every step, so a stopped run still has its last one), and
+``<log dir>/samples/again/`` the latest later step that saw the first step's prompts again (in the
+first step's order), so that what training changed shows on the same prompts; a run whose trainer
+never came back to those prompts has none. Each holds ``samples.json`` (``step``, ``prompts``,
+``files``, ``frames``) and one PNG per sample: an image, or for a video a strip of ``frames`` frames
+spread over it. One sample per distinct prompt comes first, so the columns show different prompts;
+two runs with the same seed (the A/B sides) keep the same prompts and noise at the same step.
 """
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from .files import atomic_path, atomic_write_json
 
 FOLDER = "samples"
 INDEX = "samples.json"
-FIRST, LAST = "first", "last"
+FIRST, LAST, AGAIN = "first", "last", "again"
 
 
 @dataclass
@@ -96,7 +98,7 @@ class SampleKeeper:
     def __init__(self, directory, count: int = 4, frames: int = 3, height: int = 256):
         self.folder = Path(directory) / FOLDER
         self.count, self.frames, self.height = count, frames, height
-        self.first_written = False
+        self.first_prompts: list | None = None  # the prompts of the first step's kept samples, once written
         self.pending: list = []  # (prompt, [frames]) of this step
 
     def add(self, samples, prompts) -> None:
@@ -121,18 +123,36 @@ class SampleKeeper:
 
     def _add(self, samples, prompts) -> None:
         for sample, prompt in zip(samples, prompts):
-            prompt, seen = str(prompt), {p for p, _ in self.pending}
-            if len(self.pending) < self.count or (prompt not in seen and len(seen) < self.count):
+            prompt, seen = str(prompt), [p for p, _ in self.pending]
+            if (len(self.pending) < self.count or (prompt not in seen and len(set(seen)) < self.count)
+                    or seen.count(prompt) < (self.first_prompts or []).count(prompt)):
                 self.pending.append((prompt, to_frames(sample, self.frames)))
 
     def _end_step(self, step: int) -> None:
-        chosen, self.pending = self.choose(self.pending), []
+        pending, self.pending = self.pending, []
+        chosen = self.choose(pending)
         if not chosen:
             return
-        if not self.first_written:
+        if self.first_prompts is None:
             self.write(self.folder / FIRST, step, chosen)
-            self.first_written = True
+            self.first_prompts = [prompt for prompt, _ in chosen]
+        else:
+            again = self.in_first_order(pending)
+            if again is not None:
+                self.write(self.folder / AGAIN, step, again)
         self.write(self.folder / LAST, step, chosen)
+
+    def in_first_order(self, pending: list) -> list | None:
+        """This step's samples of the first step's prompts, one for each of its samples and in its order;
+        None when this step did not see all of them."""
+        unused = list(pending)
+        ordered = []
+        for prompt in self.first_prompts:
+            index = next((i for i, (seen, _) in enumerate(unused) if seen == prompt), None)
+            if index is None:
+                return None
+            ordered.append(unused.pop(index))
+        return ordered
 
     def choose(self, pending: list) -> list:
         """One sample per distinct prompt first (in order), then the others, ``count`` in all."""
@@ -160,7 +180,7 @@ class SampleKeeper:
 
 
 def read_kept(run_folder, which: str) -> Kept | None:
-    """The kept samples ``which`` (``"first"`` or ``"last"``) of a run folder; None when it kept none."""
+    """The kept samples ``which`` (``FIRST``, ``LAST`` or ``AGAIN``) of a run folder; None when it kept none."""
     from PIL import Image
 
     folder = Path(run_folder) / FOLDER / which

@@ -107,6 +107,29 @@ def test_the_keeper_writes_the_first_step_once_and_the_latest_every_step(tmp_pat
     assert json.loads((tmp_path / "samples" / "first" / "samples.json").read_text())["frames"] == [1, 1, 1]
 
 
+def test_the_keeper_keeps_the_latest_step_that_saw_the_first_steps_prompts_again(tmp_path):
+    keeper = SampleKeeper(tmp_path, count=3)
+    walk = [["cat", "cat", "dog"], ["owl", "owl", "owl"], ["dog", "cat", "cat"], ["emu", "emu", "emu"]]
+    for step, prompts in enumerate(walk, start=1):
+        images = torch.stack([torch.full((3, 8, 8), (step * 10 + index) / 255) for index in range(3)])
+        keeper.add(images, prompts)
+        keeper.end_step(step)
+    first, again, last = (read_kept(tmp_path, which) for which in ("first", "again", "last"))
+    assert (first.step, again.step, last.step) == (1, 3, 4)
+    assert first.prompts == ["cat", "dog", "cat"]  # distinct prompts first
+    assert again.prompts == first.prompts and last.prompts == ["emu", "emu", "emu"]
+    # step 3's cats were its 2nd and 3rd samples, its dog its 1st: laid out in the first step's order
+    assert [np.asarray(i)[0, 0, 0] for i in again.images] == [31, 30, 32]
+
+
+def test_no_step_repeats_the_first_prompts_no_again_folder(tmp_path):
+    keeper = SampleKeeper(tmp_path)
+    for step, prompt in enumerate(["cat", "dog"], start=1):
+        keeper.add(torch.zeros(2, 3, 8, 8), [prompt, prompt])
+        keeper.end_step(step)
+    assert read_kept(tmp_path, "again") is None and read_kept(tmp_path, "last").prompts == ["dog", "dog"]
+
+
 def test_a_sample_the_keeper_cannot_show_stops_the_keeping_not_the_run(tmp_path, capsys):
     keeper = SampleKeeper(tmp_path)
     keeper.add([torch.zeros(2, 2)], ["odd"])

@@ -92,13 +92,16 @@ def compare(paths: list[Path], out: Path, labels: list[str] | None = None, objec
     if cycle is None:
         cycle, cycle_how = detect_cycle(standardiser.balanced(runs[0].reward_mean))
     else:
-        cycle_how = "given with --cycle"
+        cycle_how = f"whole repeats of the {cycle}-step prompt order given with --cycle"
     if window is not None and window > length:
         raise LogError(f"--window {window} is longer than the shortest run ({length} steps)")
     block = cycle_window(cycle, length)  # the differences' blocks: always whole prompt cycles
     window = window or block
     standardiser = standardiser_from(every_run, window, reference=runs[0])
     warnings = [w for run in runs for w in run.warnings]
+    trainers = {run.label: run.spec["file"] for run in runs if run.spec.get("file")}
+    if len(set(trainers.values())) > 1:
+        warnings.append(f"the runs rewrote different trainer files ({trainers}): the comparison mixes trainers")
     lengths = {run.label: int(run.steps[-1]) for run in runs}
     if len(set(lengths.values())) > 1:
         warnings.append(f"runs end at different steps ({lengths}): final scores cover different training lengths; "
@@ -121,9 +124,12 @@ def compare(paths: list[Path], out: Path, labels: list[str] | None = None, objec
 
 def checked_labels(paths: list[Path], labels: list[str] | None) -> list[str]:
     """The runs' labels (``labels``, or names from the runs' paths); raises ``LogError`` when there is no
-    run, or the labels do not name every run once."""
+    run, a run's path does not exist, or the labels do not name every run once."""
     if not paths:
         raise LogError("compare needs a run (one draws its pictures; two or more are compared)")
+    missing = [str(path) for path in paths if not path.exists()]
+    if missing:
+        raise LogError(f"no such run folder or log file: {', '.join(missing)}")
     if labels is not None and len(labels) != len(paths):
         raise LogError(f"--labels gives {len(labels)} labels for {len(paths)} runs")
     labels = labels or unique_labels(paths)

@@ -43,16 +43,17 @@ def detect_cycle(values: np.ndarray) -> tuple[int, str]:
     n = len(values)
     candidates = [p for p in range(2, n // 2 + 1) if n - p >= 2]
     if not candidates:
-        return 1, f"no cycle estimated ({n} steps are too few)"
+        return 1, f"{n} steps are too few to look for a pattern that repeats with the trainer's prompt order"
     scores = {p: _nested_f(values, 1, p) for p in candidates}
     best = max(scores, key=scores.get)
     if scores[best] < MIN_F:
-        return 1, f"no prompt cycle detected (largest phase F {scores[best]:.1f} < {MIN_F:g} at period {best})"
+        return 1, "the per-step scores show no pattern that repeats with the trainer's prompt order"
     chosen = best
     for multiple in candidates:
         if multiple > chosen and multiple % chosen == 0 and _nested_f(values, chosen, multiple) >= MIN_F:
             chosen = multiple
-    return chosen, f"detected from the per-step balanced score (phase-means F {_nested_f(values, 1, chosen):.1f})"
+    return chosen, (f"the per-step scores repeat every {chosen} steps (the trainer's prompt order), so each "
+                    "stretch holds whole repeats")
 
 
 def cycle_window(cycle: int, length: int) -> int:

@@ -91,17 +91,20 @@ def compare_sides(reference: list[Run], candidate: list[Run], series, names: lis
             per_ref, per_cand = ref[:, :, q].mean(axis=1), cand[:, :, q].mean(axis=1)
             if len(reference) == len(candidate):
                 interval = mean_interval(per_cand - per_ref)
-                method = f"over {len(reference)} seed pairs (paired by order; Student t)"
+                method = (f"{len(reference)} seeds on each side, paired by seed: the spread of the {len(reference)} "
+                          "per-seed differences (Student t)")
             else:
                 interval = welch_interval(per_ref, per_cand)
-                method = f"over seeds, {len(reference)} vs {len(candidate)} runs (unpaired; Welch t)"
+                method = (f"{len(reference)} and {len(candidate)} seeds, not paired: the spread of each side's "
+                          "per-seed means (Welch t)")
             verdict = classify(interval["low"], interval["high"], threshold)
         else:
             paired = cand[:, :, q].mean(axis=0) - ref[:, :, q].mean(axis=0)  # [T]: same step, same prompts
             interval = block_interval(paired, block)
             blocks = interval["n"]
-            method = (f"within the run: step-paired differences, batch means over {blocks} block(s) of {block} steps "
-                      f"(whole prompt cycles; Student t)")
+            method = (f"one run per side: the sides' difference at each step (the same step saw the same prompts and "
+                      f"noise on both), averaged over {blocks} consecutive stretch(es) of {block} steps; the spread of "
+                      f"those {blocks} averages (Student t)")
             verdict = classify(interval["low"], interval["high"], threshold)
             if blocks < 2:
                 notes.append(f"only {len(steps)} common steps: fewer than two blocks of {block}, no interval")

@@ -41,6 +41,7 @@ class Run:
     mode: str = "vanilla"  # credit mode the trainer used: "vanilla" for observe and reward.txt runs
     observe: bool = False
     config: dict = field(default_factory=dict)
+    spec: dict = field(default_factory=dict)  # the run log's ``spec``: which trainer file the layer rewrote
     step_weights: np.ndarray | None = None  # [T, S] mean over samples and ranks
     mixture: np.ndarray | None = None  # [T, K] mean over samples and ranks
     warnings: list[str] = field(default_factory=list)
@@ -227,7 +228,7 @@ def _from_run_log(path: Path, label: str) -> Run:
     return Run(label=label, path=path, source="run_log", objectives=tuple(objectives), steps=np.array(complete),
                reward_mean=np.array(means), reward_std=np.array(stds), samples=np.array(counts),
                mode="vanilla" if observe else str(first.get("mode", "otca")), observe=observe,
-               config=dict(first.get("config") or {}),
+               config=dict(first.get("config") or {}), spec=dict(first.get("spec") or {}),
                step_weights=_stack_columns(path, "step_weights", weights, complete, warnings),
                mixture=_stack_columns(path, "mixture", mixtures, complete, warnings), warnings=warnings)
 

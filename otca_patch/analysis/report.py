@@ -51,7 +51,7 @@ def verdict_section(sides: list[Side], differences: dict, cycle: tuple, window: 
     """The answer first: each side against the reference, per objective and balanced, with intervals."""
     reference = sides[0]
     lines = ["## Verdict", ""]
-    period, how, block = cycle
+    _, how, block = cycle
     for side in sides[1:]:
         diffs: list[Difference] = differences[side.label]
         balanced = diffs[-1]
@@ -65,17 +65,38 @@ def verdict_section(sides: list[Side], differences: dict, cycle: tuple, window: 
                          f"+-{diff.threshold:.3g}", _verdict_words(diff, side.label, reference.label)])
         lines += _table(["objective", f"{reference.label} ({_runs(reference)})", f"{side.label} ({_runs(side)})",
                          f"{side.label} - {reference.label} [95% interval]", "practical threshold", "verdict"], rows)
-        lines += ["", f"Method: {balanced.method}."]
+        lines += ["", f"How the interval was formed: {balanced.method}."]
         notes = [f"{d.name}: {note}" for d in diffs for note in d.notes]
         lines += [f"- {note}" for note in notes]
         lines.append("")
-    lines += [f"Columns 2-3: each side's mean over the steps both sides logged{' (and over its runs)' if any(s.count > 1 for s in sides) else ''}. "
+    several = any(s.count > 1 for s in sides)
+    lines += [f"Columns 2-3: each side's mean over the steps both sides logged{' (and over its runs)' if several else ''}. "
               f"A difference is **no detectable difference** when its 95% interval contains 0, **negligible** when "
               f"it excludes 0 but lies wholly within the practical threshold (+-{threshold:g} sigma of the "
-              "objective; the balanced score's unit is one sigma; `--threshold` changes it), else better or worse. "
-              f"Prompt cycle: {period} step(s), {how}; the blocks of the within-run interval span {block} step(s) "
-              f"({block // period} cycle(s)); final scores and steps to reach use a window of {_steps(window)}.", ""]
+              "objective; the balanced score's unit is one sigma; `--threshold` changes it), else better or worse."]
+    if not several:
+        lines.append(f"Stretches of {_steps(block)}: {how}.")
+    lines += [f"Final scores and steps to reach use the last {_steps(window)}.", ""]
     return lines
+
+
+def trainer_file(run: Run) -> str:
+    """The trainer file the layer rewrote for ``run`` (the run log's ``spec``), and its target."""
+    if run.source != "run_log":
+        return "not logged (upstream's reward.txt)"
+    if not run.spec.get("file"):
+        return "not logged (a run log from before the layer recorded it)"
+    return f"`{run.spec['file']}` ({run.spec.get('target', 'target not logged')})"
+
+
+def reach_section(scores: list[RunScores], reach: dict, window: int) -> list[str]:
+    lines = ["", "## Steps to reach the other run's final balanced score", "",
+             f"Row run's first training step whose trailing mean balanced score over {_steps(window)} (whole prompt "
+             "cycles) is at least the column run's final score; \"never\" = not within the row run's steps.", ""]
+    labels = [s.label for s in scores]
+    return lines + _table(["run \\ target", *[f"{b} ({s.final:+.3f})" for b, s in zip(labels, scores)]],
+                          [[a, *["-" if a == b else (str(reach[a, b]) if reach[a, b] is not None else "never")
+                                 for b in labels]] for a in labels])
 
 
 def _runs(side: Side) -> str:
@@ -88,12 +109,15 @@ def build_report(sides: list[Side], scores: list[RunScores], reach: dict, standa
     """``samples``: the lines that show the runs' samples (``sample_panels``), first in the report."""
     runs = [side.merged for side in sides]
     objectives = runs[0].objectives
-    lines = ["# Run comparison", ""] + ([samples, ""] if samples else [])
-    lines += _table(["run", "kind", "log", "runs (seeds)", "steps", "samples / step"],
-                    [[r.label, _kind(r), f"`{r.path}`", str(side.count), f"{r.steps[0]}-{r.steps[-1]} ({len(r.steps)})",
+    compared = len(sides) > 1  # one run alone: its pictures and scores, nothing that needs a second run
+    lines = ["# Run comparison" if compared else f"# Run {runs[0].label}", ""] + ([samples, ""] if samples else [])
+    lines += _table(["run", "kind", "trainer file", "log", "runs (seeds)", "steps", "samples / step"],
+                    [[r.label, _kind(r), trainer_file(r), f"`{r.path}`", str(side.count),
+                      f"{r.steps[0]}-{r.steps[-1]} ({len(r.steps)})",
                       str(int(r.samples[0])) if r.samples[0] else "mean only"] for side, r in zip(sides, runs)])
     lines += ["", f"Objectives: {', '.join(objectives)}. Window: {_steps(window)}.", ""]
-    lines += verdict_section(sides, differences, cycle, window, threshold)
+    if compared:
+        lines += verdict_section(sides, differences, cycle, window, threshold)
     lines += ["## Final scores", "",
               f"Mean over each run's last {_steps(window)} of the per-step mean reward (higher is better), "
               "and of the balanced score.", ""]
@@ -102,20 +126,16 @@ def build_report(sides: list[Side], scores: list[RunScores], reach: dict, standa
         rows.append([run.label, *[f"{v:.4f}" for v in final_means(run, window)], f"{score.final:+.3f}"])
     lines += _table(["run", *objectives, "balanced"], rows)
 
-    lines += ["", "## Steps to reach the other run's final balanced score", "",
-              f"Row run's first training step whose trailing mean balanced score over {_steps(window)} (whole prompt "
-              "cycles) is at least the column run's final score; \"never\" = not within the row run's steps.", ""]
-    labels = [s.label for s in scores]
-    lines += _table(["run \\ target", *[f"{b} ({s.final:+.3f})" for b, s in zip(labels, scores)]],
-                    [[a, *["-" if a == b else (str(reach[a, b]) if reach[a, b] is not None else "never")
-                           for b in labels]] for a in labels])
+    if compared:
+        lines += reach_section(scores, reach, window)
 
+    reference = f"the reference run **{runs[0].label}**" if compared else "the run"
     lines += ["", "## Balanced score", "",
               "balanced(t) = mean over objectives k of (m[t,k] - mu_k) / sigma_k, where m[t,k] is objective k's "
-              "mean reward at step t (over samples and ranks), mu_k its mean over the first "
-              f"{_steps(window)} of the reference run **{runs[0].label}**, and sigma_k a robust spread of the "
-              "objective (below). All runs share mu and sigma: 0 is the reference's start, 1 is one sample std "
-              "of each objective on average.", ""]
+              f"mean reward at step t (over samples and ranks), mu_k its mean over the first {_steps(window)} of "
+              f"{reference}, and sigma_k a robust spread of the objective (below). "
+              + ("All runs share mu and sigma: 0 is the reference's start" if compared else "0 is the run's start")
+              + ", 1 is one sample std of each objective on average.", ""]
     lines += _table(["objective", "mu", "sigma", "sigma from"],
                     [[name, f"{m:.4f}", f"{s:.4f}" if np.isfinite(s) else "-", how]
                      for name, m, s, how in zip(objectives, standardiser.mean, standardiser.std, standardiser.how)])

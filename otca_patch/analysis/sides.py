@@ -69,5 +69,5 @@ def merge(runs: list[Run], label: str, path: Path) -> Run:
     return Run(label=label, path=path, source=first.source, objectives=first.objectives, steps=steps,
                reward_mean=mean_of("reward_mean"), reward_std=mean_of("reward_std"),
                samples=np.sum([run.samples[[list(run.steps).index(s) for s in steps]] for run in runs], axis=0),
-               mode=first.mode, observe=first.observe, config=first.config, step_weights=mean_of("step_weights"),
-               mixture=mean_of("mixture"), warnings=warnings)
+               mode=first.mode, observe=first.observe, config=first.config, spec=first.spec,
+               step_weights=mean_of("step_weights"), mixture=mean_of("mixture"), warnings=warnings)

@@ -199,8 +199,9 @@ def plot_timing(maps: list, path, share: float) -> None:
         for i in range(value.shape[0]):
             for t in range(value.shape[1]):
                 v = value[i, t]
+                # an undefined cell is left white, so its dash is black like text on a bright cell
                 ax.text(t, i, "–" if math.isnan(v) else f"{v:.2f}", ha="center", va="center", fontsize=7,
-                        color="black" if not math.isnan(v) and v > 0.6 else "white")
+                        color="black" if math.isnan(v) or v > 0.6 else "white")
             step = decided_by(value[i], share)
             if step:
                 ax.add_patch(plt.Rectangle((step - 1.5, i - 0.5), 1, 1, fill=False, edgecolor="red", linewidth=1.8))

@@ -5,12 +5,10 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from .data import __doc__ as TASK_DOC
-from .evaluation import __doc__ as EVALUATION_DOC
 from .files import atomic_write_json, atomic_write_text
-from .pixel_rewards import __doc__ as OBJECTIVES_DOC
 from .plots import plot_gradient_conflict, plot_mixture, plot_reward_curves, plot_step_weights
-from .regimes import __doc__ as REGIMES_DOC
+from .regimes import DEFAULT_REGIME, REGIMES
+from .report_words import measure_lines, task_lines
 from ..analysis.intervals import plain_line
 from .variants import short_name
 
@@ -58,7 +56,7 @@ def samples_grid(result: dict):
 
 
 def plot_result_timing(result: dict, path) -> None:
-    """``timing.png``: the regime's map (the base model's) and each variant's after training (docs/credit.md 9)."""
+    """``timing.png``: the regime's map (the base model's) and each variant's after training."""
     from ..analysis.timing import plot_timing, result_maps
 
     if _has_timing(result):
@@ -77,11 +75,16 @@ def timing_lines(result: dict) -> list:
         return []
     _, base, names, _ = result_maps(result)[0]
     steps = base.shape[1]
-    by = ", ".join(f"{k} by step {decided_by(base[i], TIMING_SHARE)}" for i, k in enumerate(names))
-    return [f"When each objective is decided (docs/credit.md 9: the share of its final within-group variation "
-            f"that step t's predicted clean sample already fixes; step 1 = the noise side). On the base model, "
-            f"{round(100 * TIMING_SHARE)}% decided: {by} (of {steps}).", "", "![when each objective is decided](timing.png)",
-            ""]
+    decided = {k: decided_by(base[i], TIMING_SHARE) for i, k in enumerate(names)}
+    by = ", ".join(f"{k} by step {step}" for k, step in decided.items() if step)
+    unmeasured = [k for k, step in decided.items() if not step]
+    reading = (f"On the base model, {round(100 * TIMING_SHARE)}% decided: {by} (of {steps} steps)." if by else "")
+    if unmeasured:
+        reading += (f" Not measured for {', '.join(unmeasured)}: the samples of one prompt did not differ (the map "
+                    "needs several samples per evaluation prompt).")
+    return [f"When each objective is decided: for each denoising step t (step 1 = the noise side), the share of the "
+            "objective's final differences between samples of one prompt that step t's prediction of the clean "
+            f"image already fixes. {reading.strip()}", "", "![when each objective is decided](timing.png)", ""]
 
 
 def _has_timing(result: dict) -> bool:
@@ -139,8 +142,9 @@ def render_markdown(result: dict, command: str) -> str:
 
 
 def _setup_lines(result: dict) -> list:
-    """The model, GRPO, seeds and evaluation of the run, then the task, objectives, regimes and measures."""
+    """The model, GRPO, seeds and evaluation of the run, then its task, objectives and measures."""
     cfg, seeds, model = result["config"], result["seeds"], result["base_model"]
+    regime = REGIMES[result.get("regime", DEFAULT_REGIME)]
     return [
         "## Setup",
         "",
@@ -155,15 +159,14 @@ def _setup_lines(result: dict) -> list:
         f"{cfg['adv_clip_max']}, AdamW lr {cfg['learning_rate']}, one optimizer step per "
         f"{cfg['micro_batch'] * cfg['grad_accum']} samples.",
         f"- Seeds {', '.join(map(str, seeds))}: within a seed every variant starts from the same weights and draws the "
-        "same prompts, initial noise and SDE noise, so runs are paired by seed. Advantages come from "
-        "`otca_patch.credit.compute_credit` for every variant.",
+        "same prompts, initial noise and SDE noise, so runs are paired by seed. Every variant computes its "
+        "advantages with the credit code the layer runs in real trainers.",
         f"- Evaluation: {result['eval_samples']} samples ({cfg['eval_prompts']} fixed prompts x "
         f"{cfg['eval_samples_per_prompt']}) with fixed noise, every {cfg['eval_every']} iterations.",
         "",
-        "### Task", "", _indent_doc(TASK_DOC), "",
-        "### Objectives", "", _indent_doc(OBJECTIVES_DOC), "",
-        "### Regimes", "", _indent_doc(REGIMES_DOC), "",
-        "### Measures", "", _indent_doc(EVALUATION_DOC), "",
+        *task_lines(regime.name, list(result["objectives"]), regime.corruptions,
+                    regime.raw_scales if "sum_raw" in result["modes"] else None),
+        *measure_lines(),
     ]
 
 
@@ -200,8 +203,8 @@ def _figures_and_caveats_lines(result: dict) -> list:
         "## Figures", "",
         "![gap closed and drift](reward_curves.png)", "", "![step weights](step_weights.png)", "",
         "![mixture](mixture.png)", "",
-        "Gradient conflict (every update: each objective's own gradient against the applied update; "
-        "`otca_patch/demo/gradients.py`):", "", "![gradient conflict](gradient_conflict.png)", "",
+        "Gradient conflict over training (at every update, each objective's own gradient against the update "
+        "applied; see Measures):", "", "![gradient conflict](gradient_conflict.png)", "",
         *timing_lines(result),
         "## Caveats", "",
         f"{n} seeds of one small synthetic task with hand-written pixel objectives: an interval that contains 0 means "
@@ -253,10 +256,6 @@ def _drift_reading(result: dict) -> str:
         reading = _DRIFT_READINGS[closed["mean"] > 0, drift["mean"] > 0]
         parts.append(f"`{mode}` - `{reference}`: mean gap closed {interval(closed)}, drift {interval(drift, 4)}; {reading}")
     return "Drift: " + "; ".join(parts) + "."
-
-
-def _indent_doc(doc: str) -> str:
-    return "\n".join(line.strip() and line or "" for line in (doc or "").strip().splitlines())
 
 
 def _num(value) -> str:

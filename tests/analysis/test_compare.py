@@ -144,6 +144,38 @@ def test_one_run_alone_gets_its_pictures_without_wandb(tmp_path):
                  "mixture_otca.png"):
         assert (tmp_path / "out" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
         assert f"({name})" in report
+    # nothing that needs a second run: no verdict, no steps-to-reach table, no "reference"
+    assert report.startswith("# Run otca\n")
+    for needs_two in ("## Verdict", "Steps to reach", "reference", "comparison"):
+        assert needs_two not in report, needs_two
+    assert "## Final scores" in report and "## Balanced score" in report
+
+
+def test_compare_on_folders_that_do_not_exist_names_them(tmp_path, capsys):
+    from otca_patch.analysis.compare import main
+
+    runs = tmp_path / "ab_runs" / "x"
+    assert main([str(runs / "vanilla"), str(runs / "otca"), "--out", str(runs / "compare")]) == 2
+    error = capsys.readouterr().err
+    assert f"no such run folder or log file: {runs / 'vanilla'}, {runs / 'otca'}" in error
+    assert "labels" not in error and not (runs / "compare").exists()
+
+
+def test_the_header_names_the_trainer_file_each_side_ran(tmp_path):
+    for side, file in (("vanilla", "fastvideo/train_grpo_flux.py"), ("otca", "fastvideo/train_grpo_flux_mine.py")):
+        write_run(tmp_path / side, base, steps=4)
+        log = tmp_path / side / "run_log.jsonl"
+        records = [json.loads(line) for line in log.read_text().splitlines()]
+        log.write_text("".join(json.dumps({**r, "spec": {"target": "dancegrpo-flux", "file": file}}) + "\n"
+                               for r in records))
+    write_run(tmp_path / "old", base, steps=4)  # a log without the spec record
+    report = compare([tmp_path / "vanilla", tmp_path / "otca", tmp_path / "old"], tmp_path / "out").read_text()
+    rows = {line.split(" | ")[0].strip("| "): line.split(" | ")[2] for line in report.splitlines()
+            if line.startswith("| ") and "`" in line and "run_log.jsonl" in line}
+    assert rows == {"vanilla": "`fastvideo/train_grpo_flux.py` (dancegrpo-flux)",
+                    "otca": "`fastvideo/train_grpo_flux_mine.py` (dancegrpo-flux)",
+                    "old": "not logged (a run log from before the layer recorded it)"}
+    assert "the runs rewrote different trainer files" in report
 
 
 def test_a_step_logged_twice_is_an_error_naming_both_lines(tmp_path):
@@ -362,3 +394,57 @@ def test_samples_open_the_report_and_a_run_without_them_gets_grey_panels(tmp_pat
     for c in range(4):
         assert (cells[0, c] == (13 if c < 2 else 128)).all()  # 0.05 and 0.5 of 255
         assert (cells[1, c] == MISSING).all()  # the run without samples: grey panels
+
+
+def keep_walk(folder, walk, brighter=0.0):
+    """Kept samples of a run whose step t saw the prompts ``walk[t - 1]`` (images as bright as t/10)."""
+    import torch
+
+    from otca_patch.samples import SampleKeeper
+
+    keeper = SampleKeeper(folder)
+    for step, prompts in enumerate(walk, start=1):
+        keeper.add(torch.full((len(prompts), 3, 8, 8), step / 10 + brighter * (step > 1)), prompts)
+        keeper.end_step(step)
+
+
+def laid_out(monkeypatch, folders):
+    """What ``panel_grid`` laid out for run folders: (column prompts per group, group headings, caption)."""
+    import otca_patch.analysis.sample_panels as panels
+    from otca_patch.analysis.sides import load_side
+
+    seen = {}
+    real = panels.sample_grid
+
+    def spy(rows, columns, groups=(), **kwargs):
+        seen.update(columns=list(columns), groups=list(groups), rows=rows)
+        return real(rows, columns, groups=groups, **kwargs)
+
+    monkeypatch.setattr(panels, "sample_grid", spy)
+    _, caption = panels.panel_grid([load_side(folder, folder.name) for folder in folders])
+    spans = [span for _, span in seen["groups"]]
+    columns = [seen["columns"][:spans[0]], seen["columns"][spans[0]:]]
+    return columns, [title for title, _ in seen["groups"]], caption, seen["rows"]
+
+
+def test_the_sample_grid_shows_the_first_steps_prompts_again_in_its_later_columns(tmp_path, monkeypatch):
+    walk = [["a cat", "a cat"], ["a dog", "a dog"], ["a cat", "a cat"], ["a dog", "a dog"]]
+    for side, brighter in (("vanilla", 0.0), ("otca", 0.05)):
+        write_run(tmp_path / side, base, steps=4)
+        keep_walk(tmp_path / side, walk, brighter)
+    columns, groups, caption, rows = laid_out(monkeypatch, [tmp_path / "vanilla", tmp_path / "otca"])
+    assert columns[0] == columns[1] == ["a cat", "a cat"]  # the same prompts across the columns
+    assert groups == ["first step: step 1", "the same prompts again: step 3"]
+    assert "the latest step that saw the same prompts again" in caption
+    later = [np.asarray(image)[0, 0, 0] for image in rows[1][1][2:]]
+    assert later == [round(255 * 0.35)] * 2  # otca's samples of step 3
+
+
+def test_a_run_that_never_sees_its_first_prompts_again_says_so(tmp_path, monkeypatch):
+    walk = [["a cat"], ["a dog"]]
+    for side in ("vanilla", "otca"):
+        write_run(tmp_path / side, base, steps=2)
+        keep_walk(tmp_path / side, walk)
+    columns, groups, caption, _ = laid_out(monkeypatch, [tmp_path / "vanilla", tmp_path / "otca"])
+    assert columns == [["a cat"], ["a dog"]] and groups[1] == "last step, other prompts: step 2"
+    assert "never came back to the first step's prompts" in caption

@@ -59,8 +59,8 @@ def test_a_planted_difference_is_detected_with_an_interval_that_covers_it(tmp_pa
     assert rows["a"][1] == "**otca better**"
     assert rows["b"][1] == "no detectable difference"
     assert rows["balanced"][1] == "**otca better**"
-    assert "Prompt cycle: 4 step(s), detected" in report
-    assert "batch means over 10 block(s) of 4 steps" in report
+    assert "Stretches of 4 steps: the per-step scores repeat every 4 steps (the trainer's prompt order)" in report
+    assert "averaged over 10 consecutive stretch(es) of 4 steps" in report
 
 
 def test_no_difference_is_detected_where_none_was_planted(tmp_path):
@@ -98,7 +98,7 @@ def test_seeds_per_side_are_compared_over_seeds_and_counted(tmp_path):
         write_side(tmp_path / "otca" / f"seed{i}", shift=(0.0, 1.5), seed=20 + i, steps=12)
     report = compare([tmp_path / "vanilla", tmp_path / "otca"], tmp_path / "out").read_text()
     assert "| vanilla (3 runs) | otca (3 runs) |" in report
-    assert "over 3 seed pairs (paired by order; Student t)" in report
+    assert "3 seeds on each side, paired by seed: the spread of the 3 per-seed differences" in report
     rows = verdict_rows(report)
     assert rows["b"][1] == "**otca better**" and rows["a"][1] == "no detectable difference"
 
@@ -108,7 +108,7 @@ def test_a_run_still_in_progress_is_compared_over_the_steps_both_logged(tmp_path
     write_side(tmp_path / "otca", shift=(0.8, 0.0), seed=2, steps=30, last_line='{"step": 31, "rank": 0, "rew')
     report = compare([tmp_path / "vanilla", tmp_path / "otca"], tmp_path / "out").read_text()
     assert "cut short" in report and "differences use the steps both sides logged" in report
-    assert "batch means over 7 block(s) of 4 steps" in report  # steps 3-30: the 28 latest common steps
+    assert "averaged over 7 consecutive stretch(es) of 4 steps" in report  # steps 3-30: the 28 latest common steps
 
 
 def test_the_command_prints_the_balanced_verdict(tmp_path):

@@ -185,6 +185,29 @@ def test_the_report_opens_with_each_variants_samples_before_and_after(base, tmp_
         assert np.array_equal(cell[1, c], np.kron(image, np.ones((block, block, 1), dtype=np.uint8)))
 
 
+def test_the_report_speaks_to_its_reader_about_this_run_only(base, tmp_path):
+    import re
+
+    from otca_patch.demo.report import write_report
+
+    config, _, _ = base
+    result = run_experiment(tiny_config(out=config.out, grpo_steps=1, modes="sum_raw,otca"), log=lambda msg: None)
+    write_report(result, tmp_path)
+    report = (tmp_path / "report.md").read_text()
+    # no pasted docstrings, module names, file paths of this repository or section numbers
+    for note in re.findall(r"``|otca_patch|\w+\.py\b|docs/|credit\.md|section \d|\bspec \d", report):
+        raise AssertionError(f"the report carries an internal note: {note!r}")
+    # only this run's regime: not a paragraph about the others
+    assert result["regime"] == "conflicting" and "agreeing" not in report and "hacking" not in report
+    assert "vividness" not in report and "fidelity" not in report
+    # every column of the results table is explained, the gradient conflict in plain words
+    measures = report.split("### Measures")[1].split("## Results")[0]
+    for column in ("Gap closed", "Drift", "Gradient conflict", "Worst cosine"):
+        assert f"**{column}**" in measures, column
+    assert "pointed against the applied update" in measures
+    assert "counts 20 times as much" in report  # sum_raw ran: its raw scales are said
+
+
 def test_finished_runs_are_kept_and_reused_with_resume(base, tmp_path, monkeypatch):
     config, _, _ = base
     settings = dict(out=str(tmp_path), base_cache=config.out, grpo_steps=1, modes="multi_grpo,otca", resume=True)

@@ -190,7 +190,7 @@ def test_seeds_run_each_side_once_per_seed_and_the_report_counts_them(synthetic,
             # reward.txt: the mean over two samples of the first objective (doubled by the otca side)
             assert first == pytest.approx((2 if side == "otca" else 1) * (0.2 + 0.005 * seed)), (side, seed)
     report = (out / "compare" / "report.md").read_text()
-    assert "| vanilla (3 runs) | otca (3 runs) |" in report and "over 3 seed pairs" in report
+    assert "| vanilla (3 runs) | otca (3 runs) |" in report and "3 seeds on each side, paired by seed" in report
     assert "![samples](samples.png)" in report and "(each side's first seed)" in report
     assert (out / "compare" / "samples.png").is_file()
     for flag in ("1", "1,1", "a,b"):
