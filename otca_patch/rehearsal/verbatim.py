@@ -103,7 +103,9 @@ def run_environment(folder: Path) -> Path:
     venv.EnvBuilder(symlinks=True, with_pip=False, clear=True).create(folder)
     (folder / served.RUN_ENVIRONMENT_MARK).write_text("a rehearsal run's own environment: pip may install here\n")
     python = folder / "bin" / "python"
-    purelib = Path(sysconfig.get_paths(vars={"base": str(folder), "platbase": str(folder)})["purelib"])
+    # the venv's own scheme (3.11 on): a distribution's default scheme may differ (Debian's posix_local)
+    scheme = "venv" if "venv" in sysconfig.get_scheme_names() else "posix_prefix"
+    purelib = Path(sysconfig.get_paths(scheme, vars={"base": str(folder), "platbase": str(folder)})["purelib"])
     purelib.mkdir(parents=True, exist_ok=True)
     # after the run's own .pth files (an editable install's) in name order: 'o' sorts after '_'
     (purelib / "otca_rehearsal_base_environment.pth").write_text(
@@ -150,12 +152,16 @@ class Served:
     """What one target's runs share: the shims, the wheelhouse and the served repositories."""
 
     shims: Path
-    wheels: Path
+    wheels: Path | None  # None: no build tool is installed here, and a pip build fails as without network
     repositories: dict[str, str]  # URL -> local folder
 
     @classmethod
     def build(cls, work: Path, repositories: dict[str, Path] | None = None) -> "Served":
-        return cls(shims=write_shims(work / "shims"), wheels=wheelhouse(),
+        try:
+            wheels = wheelhouse()
+        except FileNotFoundError:
+            wheels = None
+        return cls(shims=write_shims(work / "shims"), wheels=wheels,
                    repositories={url: str(path) for url, path in (repositories or {}).items()})
 
     def run_env(self, run: Path) -> dict[str, str]:
@@ -174,7 +180,7 @@ class Served:
                 *os.environ.get("PATH", "").split(os.pathsep)]
         return {"PATH": os.pathsep.join(dict.fromkeys(filter(None, path))),
                 "OTCA_REHEARSAL_PYTHON": str(python), served.SHIMS_VARIABLE: str(self.shims),
-                served.RECORD_VARIABLE: str(run / RECORD_NAME), served.WHEELHOUSE_VARIABLE: str(self.wheels),
+                served.RECORD_VARIABLE: str(run / RECORD_NAME), served.WHEELHOUSE_VARIABLE: str(self.wheels or ""),
                 served.SERVED_VARIABLE: json.dumps(self.repositories)}
 
 
