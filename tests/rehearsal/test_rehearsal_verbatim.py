@@ -70,9 +70,9 @@ def test_the_wheelhouse_is_built_once_per_content():
 
 
 def run_script(text: str, work: Path, run: Path) -> subprocess.CompletedProcess:
-    served_ = Served.build(work, {HPSV2_URL: served_hpsv2(work / "served" / "HPSv2")})
+    serving = Served.build(work, {HPSV2_URL: served_hpsv2(work / "served" / "HPSv2")})
     run.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, **served_.run_env(run)}
+    env = {**os.environ, **serving.run_env(run)}
     return subprocess.run(["bash", "-c", text], cwd=run, env=env, capture_output=True, text=True, timeout=600)
 
 
