@@ -17,7 +17,8 @@
 # CPU (gloo stands in for NCCL) and prints the payload's size and its own wall time.
 #
 # Then the launch rehearsal (python -m otca_patch.rehearsal --device cuda, or cpu in --rehearse): each
-# rehearsed target's upstream launch line end to end, one PASS/FAIL line each (on a GPU by default one
+# rehearsed target's upstream launch script run as it is, its set-up lines served locally, end to end,
+# one PASS/FAIL line each with its script=PATH setup=N (on a GPU by default one
 # target per upstream, OTCA_GPU_CHECK_LAUNCH_TARGETS for others; on the CPU stand-in the targets whose FSDP
 # run fails on its torch are NOT RUN), at most OTCA_GPU_CHECK_LAUNCH_S (default 240 s on a GPU, 1500 s
 # here) in all; 0 leaves it out.
@@ -220,8 +221,8 @@ wait
 report_done
 [ "${#not_run[@]}" -gt 0 ] && printf '%s\n' "${not_run[@]}"
 
-# ---- the launch rehearsal: upstream's own launch line end to end, with no wrapper, under
-# `otca-patch launch` and under --otca (python -m otca_patch.rehearsal), on this device
+# ---- the launch rehearsal: upstream's own launch script end to end, set-up lines included, with no
+# wrapper, under `otca-patch launch` and under --otca (python -m otca_patch.rehearsal), on this device
 launch_limit="${OTCA_GPU_CHECK_LAUNCH_S:-$( [ "$rehearse" = 1 ] && echo 1500 || echo 240)}"
 # On the CPU stand-in for the GPU machine (torch 2.11), upstream's FSDP checkpoint save cannot gather
 # its full state dict (setStorage: "out of bounds for storage of size 0"), and Qwen-Image's FSDP run

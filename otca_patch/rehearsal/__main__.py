@@ -19,7 +19,8 @@ from . import runner
 from .plan import NotRunnable
 
 PROG = "python -m otca_patch.rehearsal"
-NOT_FAMILIES = {"__main__", "credit_check", "launch_script", "plan", "runner", "standins", "upstreams"}
+NOT_FAMILIES = {"__main__", "credit_check", "launch_script", "plan", "runner", "served", "standins", "upstreams",
+                "verbatim", "wheelhouse"}
 
 
 def families() -> dict[str, object]:

@@ -1,7 +1,7 @@
 """The DanceGRPO family's rehearsals: ``fastvideo/train_grpo_flux.py`` (dancegrpo-flux) and
-``fastvideo/train_grpo_hunyuan.py`` (dancegrpo-hunyuan), each run by the ``torchrun`` line of
-upstream's own ``scripts/finetune/`` script in a per-run copy of the checkout (upstream writes
-``./images``, ``./reward.txt`` and its outputs into its working directory)."""
+``fastvideo/train_grpo_hunyuan.py`` (dancegrpo-hunyuan), each run by upstream's own
+``scripts/finetune/`` script, set-up lines included (``verbatim``), in a per-run copy of the checkout
+(upstream writes ``./images``, ``./reward.txt`` and its outputs into its working directory)."""
 from __future__ import annotations
 
 import json
@@ -15,10 +15,18 @@ from typing import Callable
 from . import upstreams
 from .launch_script import launcher_line, option_value, set_options, split_launcher
 from .plan import Plan
+from .verbatim import HPSV2_URL, SERVED_REPLACEMENTS, Served, script_command, served_hpsv2
 from .standins import (HUNYUAN, IMPORT_STUBS_VARIABLE, PINNED_STRUCTURE, REPLACEMENTS_CPU, REPLACEMENTS_HUNYUAN,
                        REPLACEMENTS_HUNYUAN_CPU, TINY_HPS_CONFIG_VARIABLE)
 
 TARGETS = ("dancegrpo-flux", "dancegrpo-hunyuan")
+FLUX_SCRIPT = "scripts/finetune/finetune_flux_grpo.sh"
+HUNYUAN_SCRIPT = "scripts/finetune/finetune_hunyuan_grpo.sh"
+#: the exports of upstream's scripts the rehearsal changes: wandb online needs the network, and the
+#: wandb here ignores the scripts' WANDB_DISABLED=true
+EXPORTS = {"WANDB_MODE": "disabled"}
+EXPORTS_REPLACED = ("the script's `export WANDB_MODE=online` -> disabled (no network; the wandb here ignores its "
+                    "WANDB_DISABLED=true)")
 RANKS = 2  # on the CPU; on GPUs one process per GPU, at most 2 (NCCL takes one GPU per rank)
 STARTUP = Path(__file__).resolve().parent / "startup"
 #: upstream's numbers the CPU cannot afford -> the rehearsal's (each is stated as a replacement); its
@@ -60,10 +68,14 @@ def torchrun_command(upstream_script: Path, small: dict[str, str], ranks: int) -
     return [script, *arguments], replaced
 
 
-def launch(words: list[str], ranks: int) -> list[str]:
-    """``torchrun`` (this interpreter's, else the module it runs) on one node with ``ranks`` processes."""
+def launch(words: list[str], ranks: int, by_name: bool = False) -> list[str]:
+    """``torchrun`` (this interpreter's, else the module it runs) on one node with ``ranks`` processes;
+    ``by_name``: ``torchrun`` (or ``python -m ...``) as a script names it, for the run's PATH to find."""
     torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent)) or shutil.which("torchrun")
-    launcher = [torchrun] if torchrun else [sys.executable, "-m", "torch.distributed.run"]
+    if by_name:
+        launcher = ["torchrun"] if torchrun else ["python", "-m", "torch.distributed.run"]
+    else:
+        launcher = [torchrun] if torchrun else [sys.executable, "-m", "torch.distributed.run"]
     return [*launcher, "--nnodes=1", f"--nproc_per_node={ranks}", "--node_rank=0", "--master_addr=127.0.0.1",
             f"--master_port={free_port()}", *words]
 
@@ -201,13 +213,15 @@ def flux_plan(work: Path, device: str) -> Plan:
     flux_embeddings(flux, embeddings, IMAGE_PROMPTS * 2)
     hps_config, hps_replaced = tiny_hps(work / "hps")
     ranks = ranks_on(device)
-    words, replaced = torchrun_command(checkout / "scripts/finetune/finetune_flux_grpo.sh", FLUX_SMALL, ranks)
+    words, replaced = torchrun_command(checkout / FLUX_SCRIPT, FLUX_SMALL, ranks)
     accumulation = int(option_value(words, "--gradient_accumulation_steps"))
+    served = Served.build(work, {HPSV2_URL: served_hpsv2(work / "served" / "HPSv2")})
+    command = script_command(checkout / FLUX_SCRIPT, FLUX_SCRIPT, "torchrun",
+                             lambda run: launch(words, ranks, by_name=True), lambda run: run / "DanceGRPO", EXPORTS)
 
     def run_cwd(run: Path) -> Path:
         return copy_checkout(checkout, run / "DanceGRPO", {"data/flux": flux, "data/rl_embeddings": embeddings,
-                                                           "hps_ckpt": work / "hps" / "hps_ckpt"},
-                             folders=("images",))  # upstream's script: mkdir images
+                                                           "hps_ckpt": work / "hps" / "hps_ckpt"})
 
     def metrics(run: Path) -> list[float]:
         here = run / "DanceGRPO"
@@ -216,7 +230,8 @@ def flux_plan(work: Path, device: str) -> Plan:
 
     per_sample = int(option_value(words, "--num_generations")) // accumulation
     return Plan(
-        target="dancegrpo-flux", cwd=checkout, command=lambda run: launch(words, ranks),
+        target="dancegrpo-flux", cwd=checkout, command=command, script=FLUX_SCRIPT, runs_script=True,
+        run_env=served.run_env,
         env=environment(device, {TINY_HPS_CONFIG_VARIABLE: str(hps_config)}), ranks=ranks,
         dataloader_workers=int(option_value(words, "--dataloader_num_workers")),
         steps=int(FLUX_SMALL["--max_train_steps"]) * per_sample,
@@ -225,8 +240,8 @@ def flux_plan(work: Path, device: str) -> Plan:
                       "data/rl_embeddings -> preprocess_flux_embedding.py's layout from the tiny folder's text "
                       "encoders",
                       *hps_replaced, *(REPLACEMENTS_CPU if device == "cpu" else []), PINNED_STRUCTURE,
-                      "pip install -e . -> the checkout on PYTHONPATH; WANDB_MODE=online -> disabled (upstream's "
-                      "script also sets WANDB_DISABLED=true)"],
+                      *SERVED_REPLACEMENTS, EXPORTS_REPLACED,
+                      "DanceGRPO's own pip install -e . (its env_setup.sh) -> the checkout on PYTHONPATH"],
         metrics=metrics, checkpoint_saved=checkpoint_saved(words), run_cwd=run_cwd,
         steps_taken=steps_from_final_losses(accumulation))
 
@@ -249,14 +264,15 @@ def hunyuan_plan(work: Path, device: str) -> Plan:
     embeddings = work / "rl_embeddings"
     hunyuan_embeddings(embeddings, VIDEO_PROMPTS * 2)
     ranks = ranks_on(device)
-    words, replaced = torchrun_command(checkout / "scripts/finetune/finetune_hunyuan_grpo.sh", HUNYUAN_SMALL,
-                                       ranks)
+    words, replaced = torchrun_command(checkout / HUNYUAN_SCRIPT, HUNYUAN_SMALL, ranks)
     accumulation = int(option_value(words, "--gradient_accumulation_steps"))
+    served = Served.build(work)
+    command = script_command(checkout / HUNYUAN_SCRIPT, HUNYUAN_SCRIPT, "torchrun",
+                             lambda run: launch(words, ranks, by_name=True), lambda run: run / "DanceGRPO", EXPORTS)
 
     def run_cwd(run: Path) -> Path:
         return copy_checkout(checkout, run / "DanceGRPO", {"data/HunyuanVideo": hunyuan,
-                                                           "data/rl_embeddings": embeddings},
-                             folders=("videos",))  # upstream's script: mkdir videos
+                                                           "data/rl_embeddings": embeddings})
 
     def metrics(run: Path) -> list[float]:
         here = run / "DanceGRPO"
@@ -266,7 +282,8 @@ def hunyuan_plan(work: Path, device: str) -> Plan:
 
     per_step = int(option_value(words, "--bestofn")) // accumulation
     return Plan(
-        target="dancegrpo-hunyuan", cwd=checkout, command=lambda run: launch(words, ranks),
+        target="dancegrpo-hunyuan", cwd=checkout, command=command, script=HUNYUAN_SCRIPT, runs_script=True,
+        run_env=served.run_env,
         env=environment(device, {IMPORT_STUBS_VARIABLE: HUNYUAN}), ranks=ranks,
         dataloader_workers=int(option_value(words, "--dataloader_num_workers")),
         steps=int(HUNYUAN_SMALL["--max_train_steps"]) * per_step,
@@ -279,9 +296,8 @@ def hunyuan_plan(work: Path, device: str) -> Plan:
                       "(the tiny transformer's text width; the trainer reads only these files)",
                       *REPLACEMENTS_HUNYUAN, *(REPLACEMENTS_HUNYUAN_CPU if device == "cpu" else []),
                       *(REPLACEMENTS_CPU if device == "cpu" else []), PINNED_STRUCTURE,
-                      "pip install -e . -> the checkout on PYTHONPATH; upstream's pip3 installs of pinned versions "
-                      "-> this environment's; WANDB_MODE=online -> disabled (upstream's script also sets "
-                      "WANDB_DISABLED=true)"],
+                      *SERVED_REPLACEMENTS, EXPORTS_REPLACED,
+                      "DanceGRPO's own pip install -e . (its env_setup.sh) -> the checkout on PYTHONPATH"],
         metrics=metrics, checkpoint_saved=checkpoint_saved(words), run_cwd=run_cwd,
         steps_taken=steps_from_final_losses(accumulation))
 

@@ -26,6 +26,7 @@ from .launch_script import launcher_line, set_options, split_launcher
 from .logged_numbers import FILE_NAME as LOGGED_FILE
 from .logged_numbers import logged_history
 from .plan import NotRunnable, Plan
+from .verbatim import RUN_ENVIRONMENT, Served, script_command
 
 TARGETS = ("flowgrpo-sd3", "flowgrpo-flux", "flowgrpo-qwenimage")
 RANKS = 2
@@ -186,9 +187,10 @@ LAUNCHER_MODULES = {"accelerate": "accelerate.commands.accelerate_cli", "torchru
 
 
 def launcher_program(launcher: str) -> list[str]:
-    """``accelerate`` / ``torchrun``: this interpreter's, else the one on PATH, else ``python -m`` its module."""
+    """``accelerate`` / ``torchrun`` by name, as upstream's script writes it, where this interpreter's
+    folder or PATH holds it (a run's PATH finds it), else ``python -m`` its module."""
     found = shutil.which(launcher, path=str(Path(sys.executable).parent)) or shutil.which(launcher)
-    return [found] if found else [sys.executable, "-m", LAUNCHER_MODULES[launcher]]
+    return [launcher] if found else ["python", "-m", LAUNCHER_MODULES[launcher]]
 
 
 def ranks_on(device: str, spec: Target) -> int:
@@ -268,7 +270,7 @@ def plan(target: str, work: Path, device: str) -> Plan:
             shutil.copytree(source, copy, ignore=shutil.ignore_patterns(".git", "wandb", "logs"))
         return copy
 
-    def command(run: Path) -> list[str]:
+    def words(run: Path) -> list[str]:
         run = Path(run).resolve()
         run.mkdir(parents=True, exist_ok=True)
         settings = run / "rehearsal_settings.json"
@@ -281,12 +283,14 @@ def plan(target: str, work: Path, device: str) -> Plan:
         launch = set_options([*launcher_program(spec.launcher), *launcher[1:]], options)
         return [*launch, script, *set_options(arguments, {"--config": f"{config}:{settings}"})]
 
+    command = script_command(source / spec.launch_script, spec.launch_script, spec.launcher, words, run_cwd)
     kept = [path for path in os.environ.get("PYTHONPATH", "").split(os.pathsep) if path]
     env = {"PYTHONPATH": os.pathsep.join([*paths, ".", *kept]),
            "WANDB_MODE": "offline", "HF_HUB_OFFLINE": "1"}
     replacements = replacement_lines(spec, commit, model, ranks, named, sizes, overrides, on_cpu, float_ids, paths)
     return Plan(target=target, cwd=source, command=command, env=env, ranks=ranks, dataloader_workers=spec.workers,
-                steps=EPOCHS, replacements=replacements,
+                steps=EPOCHS, replacements=replacements, script=spec.launch_script, runs_script=True,
+                run_env=Served.build(work).run_env,
                 metrics=lambda run: logged_metrics(logged_history(run)),
                 checkpoint_saved=lambda run: checkpoint_after_training(run_cwd(run)),
                 run_cwd=run_cwd, steps_taken=lambda run: optimizer_steps(logged_history(run)))
@@ -315,13 +319,15 @@ def replacement_lines(spec: Target, commit: str, model: Path, ranks: int, named:
     and what stands in for the GPU on the CPU, for transformers 5 (``float_ids``) and for Qwen (``paths``)."""
     replacements = [
         f"model: a tiny pipeline in diffusers' layout, {model} (config.pretrained.model; upstream: {spec.model})",
-        f"launch: upstream's {spec.launch_script} (flow_grpo {commit}) on {ranks} processes, a free port",
+        f"launch: upstream's {spec.launch_script} (flow_grpo {commit}) run as it is, its launch line on {ranks} "
+        f"processes, a free port, --config naming the rehearsal's config file (below)",
         f"config: upstream's {':'.join(named)} with CPU sizes (resolution {sizes.resolution}, "
         f"{sizes.num_steps} sampling steps, {sizes.batch_size} images per process, {sizes.num_image_per_prompt} per "
         f"prompt, {EPOCHS} epochs ended by the config's eval_freq, save_freq {SAVE_FREQ}{switched_off(overrides)})",
         "reward: upstream's jpeg_compressibility, which needs no downloaded model, for the named config's rewards",
         "dataset: the prompt lists train.txt / test.txt in upstream's general_ocr layout",
         "flow_grpo imported from the checkout by PYTHONPATH=. (upstream: pip install -e .)",
+        RUN_ENVIRONMENT,
         "wandb offline (WANDB_MODE=offline; no network); HF_HUB_OFFLINE=1; the numbers of each wandb.log call "
         f"copied to RUN/{LOGGED_FILE} as it is made (torch's agent may stop wandb's service before its offline file is written)",
         *spec.extra,

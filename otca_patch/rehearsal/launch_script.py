@@ -6,15 +6,28 @@ import shlex
 from pathlib import Path
 
 
+def command_span(lines: list[str], launcher: str) -> tuple[int, int]:
+    """[start, end) of the physical lines (``keepends``) of the first ``launcher`` command in ``lines``,
+    its continuation lines (a line ending in ``\\``) included."""
+    for start, line in enumerate(lines):
+        if line.strip().split(maxsplit=1)[:1] == [launcher]:
+            end = start
+            while lines[end].rstrip("\n").endswith("\\") and end + 1 < len(lines):
+                end += 1
+            return start, end + 1
+    raise ValueError(f"no `{launcher}` command in it")
+
+
 def launcher_line(script: Path, launcher: str = "torchrun") -> list[str]:
     """The words of the first ``launcher`` command in the shell script ``script`` (continuation lines
     joined; a trailing ``\\`` with nothing after it, as DanceGRPO's scripts end, is dropped)."""
-    text = script.read_text().replace("\\\n", " ")
-    for line in text.splitlines():
-        line = line.strip().removesuffix("\\")
-        if line.split(maxsplit=1)[:1] == [launcher]:
-            return shlex.split(line, comments=True)
-    raise ValueError(f"{script}: no `{launcher}` command in it")
+    lines = script.read_text().splitlines(keepends=True)
+    try:
+        start, end = command_span(lines, launcher)
+    except ValueError as exc:
+        raise ValueError(f"{script}: {exc}") from None
+    line = "".join(lines[start:end]).replace("\\\n", " ").strip().removesuffix("\\")
+    return shlex.split(line, comments=True)
 
 
 def split_launcher(words: list[str], script_suffix: str = ".py") -> tuple[list[str], str, list[str]]:

@@ -1,13 +1,21 @@
 """MixGRPO's rehearsal (mixgrpo-flux): ``fastvideo/train_grpo_flux.py`` run by the ``torchrun`` line
 inside the ``pdsh`` string of ``scripts/finetune/finetune_flux_grpo_MixGRPO.sh``, its variables
-expanded, on one node, in a per-run copy of the checkout with the HPSv2 checkout its README clones.
+expanded, on one node, in a per-run copy of the checkout where its README's set-up line (``git clone``
+of HPSv2, served locally) has run.
+
+Not the script itself: it starts every trainer through ``pdsh``, whose remote shells do not inherit
+the launch's environment, so ``otca-patch launch --otca`` refuses it before it runs; a user runs its
+torchrun line on each node instead (README), and so does the rehearsal, in all three runs alike.
 
 MixGRPO's ``main`` never ends by itself (it loops over 1,000,000 epochs of ``--max_train_steps``
 steps): the rehearsal stops the launch once 2 training steps are complete and the checkpoint is
 saved, and compares what those steps logged."""
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,6 +24,7 @@ from .dancegrpo import (FLOAT, IMAGE_PROMPTS, copy_checkout, environment, flux_e
                         ranks_on, tiny_hps)
 from .launch_script import expanded_launcher_line, option_value, set_options, split_launcher
 from .plan import Plan
+from .verbatim import HPSV2_URL, SET_UP_SERVED, Served, served_hpsv2
 from .standins import IMPORT_STUBS_VARIABLE, PINNED_STRUCTURE, REPLACEMENTS_CPU, TINY_HPS_CONFIG_VARIABLE
 
 TARGETS = ("mixgrpo-flux",)
@@ -34,22 +43,28 @@ REWARD_LINE = re.compile(rf"^(HPSClipRewardModel): {FLOAT}$")
 def plan(target: str, work: Path, device: str) -> Plan:
     if target != "mixgrpo-flux":
         raise ValueError(f"{target}: not a MixGRPO rehearsal target (they are: {', '.join(TARGETS)})")
-    import hpsv2
-
     checkout, flux, embeddings, hps_config, hps_replaced = checkout_and_stand_ins(work)
     ranks = ranks_on(device)
     launcher, script, arguments = split_launcher(expanded_launcher_line(checkout / SCRIPT))
     words = [script, *set_options(arguments, SMALL)]
     outputs = RunOutputs.of(words)
 
+    served = Served.build(work, {HPSV2_URL: served_hpsv2(work / "served" / "HPSv2")})
+
+    def run_env(run: Path) -> dict[str, str]:  # the shims on PATH; nothing here runs pip
+        return served.environment(run, Path(sys.executable))
+
     def run_cwd(run: Path) -> Path:
-        # HPSv2/hpsv2: the README's `git clone https://github.com/tgxs002/HPSv2.git`
-        return copy_checkout(checkout, run / "MixGRPO", {"data/flux": flux, "data/rl_embeddings": embeddings,
-                                                         "hps_ckpt": work / "hps" / "hps_ckpt",
-                                                         "HPSv2/hpsv2": Path(hpsv2.__file__).parent})
+        copy = copy_checkout(checkout, run / "MixGRPO", {"data/flux": flux, "data/rl_embeddings": embeddings,
+                                                         "hps_ckpt": work / "hps" / "hps_ckpt"})
+        # the README's set-up line, before the launch as a user runs it: HPSv2/hpsv2 is what the trainer imports
+        subprocess.run(["git", "clone", HPSV2_URL], cwd=copy, env={**os.environ, **run_env(run)}, check=True,
+                       capture_output=True)
+        return copy
 
     return Plan(
         target="mixgrpo-flux", cwd=checkout, command=lambda run: launch(words, ranks),
+        script=f"{SCRIPT}:torchrun", run_env=run_env,
         env=environment(device, {TINY_HPS_CONFIG_VARIABLE: str(hps_config), IMPORT_STUBS_VARIABLE: "mixgrpo",
                                  "PYTHONUNBUFFERED": "1"}),
         ranks=ranks, dataloader_workers=int(option_value(words, "--dataloader_num_workers")),
@@ -136,7 +151,7 @@ def replacement_lines(launcher: list[str], ranks: int, hps_replaced: list[str], 
             "data/rl_embeddings/prompt.json -> preprocess_flux_embedding.py's layout from the tiny text "
             "encoders",
             *hps_replaced,
-            "the HPSv2 git checkout (README) -> HPSv2/hpsv2 linked to the installed hpsv2 package",
+            "the README's git clone of HPSv2, run in each run's copy before the launch: " + SET_UP_SERVED[1],
             "clip (OpenAI's, a git install) and ImageReward -> import stubs where they do not import",
             *(REPLACEMENTS_CPU if device == "cpu" else []), PINNED_STRUCTURE,
             "pip install -e . -> the checkout on PYTHONPATH; wandb disabled (upstream's script sets "

@@ -42,6 +42,14 @@ class Plan:
     # own (MixGRPO's loops over 1,000,000 epochs): the runner then stops the launch's process group,
     # and that stop is the run's end. None: the run must end by itself
     finished: Callable[[Path], bool] | None = None
+    # upstream's launch script the runs come from (relative to the run's folder), named in the PASS line
+    script: str = ""
+    # the runs start ``script`` itself as a user does (``bash SCRIPT``, ``otca-patch launch SCRIPT``):
+    # ``command`` writes the run's copy of it and returns ``["bash", script]``. False: ``command`` is
+    # the launch line taken from it
+    runs_script: bool = False
+    # run folder -> variables of that run only (its PATH with the set-up shims, its own environment)
+    run_env: Callable[[Path], dict[str, str]] | None = None
 
     def __post_init__(self) -> None:
         if self.ranks < 1:
@@ -53,6 +61,8 @@ class Plan:
             )
         if self.steps < 1:
             raise ValueError(f"Plan {self.target}: steps must be at least 1, not {self.steps}")
+        if self.runs_script and not self.script:
+            raise ValueError(f"Plan {self.target}: runs_script needs the script")
         if any(flag == "--otca" for flag in self.otca_flags):
             raise ValueError(f"Plan {self.target}: otca_flags must not repeat --otca (the runner adds it)")
 

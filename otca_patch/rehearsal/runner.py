@@ -1,9 +1,10 @@
 """The three runs of one target and the checks between them, ending in one line:
-``PASS <target> ranks=N dataloader_workers=N steps=N checkpoint=yes vanilla=identical credit=reference``
-or ``FAIL <target> <cause>``.
+``PASS <target> ranks=N dataloader_workers=N steps=N checkpoint=yes script=PATH setup=N vanilla=identical
+credit=reference`` or ``FAIL <target> <cause>``.
 
-Run 1 is upstream's command with no wrapper, run 2 the same under ``otca-patch launch`` without
-``--otca``, run 3 under ``otca-patch launch --otca --otca_log_dir RUN/otca``. Each run has its own
+Run 1 is upstream's command with no wrapper (``bash SCRIPT`` for a plan that runs its script), run 2
+the same under ``otca-patch launch`` without ``--otca``, run 3 under ``otca-patch launch --otca
+--otca_log_dir RUN/otca`` (``otca-patch launch SCRIPT --otca ...``: the script first, as a user writes it). Each run has its own
 folder (``unwrapped``, ``wrapped``, ``otca``) holding its ``stdout.log`` and ``stderr.log``."""
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from pathlib import Path
 from .credit_check import check as check_credit
 from .credit_check import read_records
 from .plan import Plan
+from .verbatim import setup_record
 
 RUNS = ("unwrapped", "wrapped", "otca")
 #: a line that names an error: the layer's own (it names the cause), else a Python exception
@@ -59,12 +61,14 @@ def launcher() -> list[str]:
     return [str(script)] if script.is_file() else [sys.executable, "-c", "from otca_patch.cli import main; main()"]
 
 
-def wrapper(name: str, plan: Plan, folder: Path) -> list[str]:
+def wrapped(name: str, plan: Plan, folder: Path, command: list[str]) -> list[str]:
+    """``command`` as run ``name`` starts it: alone, under ``otca-patch launch``, or with ``--otca``."""
+    flags = ["--otca", "--otca_log_dir", str(folder / "otca"), *plan.otca_flags] if name == "otca" else []
     if name == "unwrapped":
-        return []
-    if name == "wrapped":
-        return [*launcher(), "launch", "--"]
-    return [*launcher(), "launch", "--otca", "--otca_log_dir", str(folder / "otca"), *plan.otca_flags, "--"]
+        return command
+    if plan.runs_script:  # the README's form: otca-patch launch SCRIPT [--otca ...]
+        return [*launcher(), "launch", plan.script, *flags]
+    return [*launcher(), "launch", *flags, "--", *command]
 
 
 def run_once(plan: Plan, name: str, folder: Path) -> Run:
@@ -74,9 +78,9 @@ def run_once(plan: Plan, name: str, folder: Path) -> Run:
         shutil.rmtree(folder)
     folder.mkdir(parents=True)
     cwd = plan.where(folder)
-    command = wrapper(name, plan, folder) + plan.command(folder)
+    command = wrapped(name, plan, folder, plan.command(folder))
     (folder / "command.txt").write_text(" ".join(command) + f"\n(in {cwd})\n")
-    env = {**os.environ, **plan.env}
+    env = {**os.environ, **plan.env, **(plan.run_env(folder) if plan.run_env is not None else {})}
     started = time.monotonic()
     with open(folder / "stdout.log", "wb") as out, open(folder / "stderr.log", "wb") as err:
         process = subprocess.Popen(command, cwd=cwd, env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
@@ -132,11 +136,26 @@ def failure(plan: Plan, run: Run) -> str | None:
     return None
 
 
+def setup_failure(plan: Plan, runs: dict[str, Run]) -> str | None:
+    """The target's FAIL line when a run's script ran a set-up command that failed, or the runs ran
+    different numbers of them; else None."""
+    for run in runs.values():
+        failed = [ran for ran in setup_record(run.folder) if ran.status != 0]
+        if failed:
+            return f"FAIL {plan.target} the {run.name} run's set-up command `{failed[0].command}` exited {failed[0].status}"
+    counts = {run.name: len(setup_record(run.folder)) for run in runs.values()}
+    if len(set(counts.values())) > 1:
+        return f"FAIL {plan.target} the runs ran different numbers of set-up commands: {counts}"
+    return None
+
+
 def judge(plan: Plan, runs: dict[str, Run]) -> str:
     """The target's line, from its three finished runs and what upstream logged and saved."""
     for run in runs.values():
         if failure(plan, run):
             return failure(plan, run)
+    if setup_failure(plan, runs):
+        return setup_failure(plan, runs)
     for run in runs.values():
         if not plan.checkpoint_saved(run.folder):
             return f"FAIL {plan.target} the {run.name} run saved no checkpoint"
@@ -163,14 +182,17 @@ def judge(plan: Plan, runs: dict[str, Run]) -> str:
     if problems:
         return f"FAIL {plan.target} credit differs from the reference: {problems[0]}"
     return (f"PASS {plan.target} ranks={len(ranks)} dataloader_workers={plan.dataloader_workers} "
-            f"steps={min(taken.values())} checkpoint=yes vanilla=identical credit=reference")
+            f"steps={min(taken.values())} checkpoint=yes script={plan.script or '-'} "
+            f"setup={len(setup_record(runs['otca'].folder))} vanilla=identical credit=reference")
 
 
 def record_run(path: Path, run: Run) -> None:
-    """A line of the target's ``runs.txt``: how each run ended and its wall time."""
+    """A line of the target's ``runs.txt``: how each run ended, its wall time and its set-up's."""
     stopped = " (stopped once finished)" if run.stopped_when_finished else ""
+    ran = setup_record(run.folder)
     with open(path, "a") as record:
-        record.write(f"{run.name}: exit {run.returncode}{stopped}, {run.seconds:.0f} s\n")
+        record.write(f"{run.name}: exit {run.returncode}{stopped}, {run.seconds:.0f} s; {len(ran)} set-up command(s) "
+                     f"in {sum(r.seconds for r in ran):.1f} s\n")
 
 
 def rehearse(plan: Plan, folder: Path) -> str:

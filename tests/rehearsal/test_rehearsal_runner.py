@@ -13,6 +13,7 @@ from otca_patch.credit import CreditConfig, credit_from_progress
 from otca_patch.rehearsal.launch_script import expanded_launcher_line, launcher_line, set_options, split_launcher
 from otca_patch.rehearsal.plan import Plan
 from otca_patch.rehearsal.runner import RUNS, Run, failure, judge, run_once
+from otca_patch.rehearsal.verbatim import RECORD_NAME
 
 RANKS = 2
 PER_RANK = 4  # samples per rank: two groups of two per step
@@ -42,19 +43,25 @@ def run_log(folder: Path, steps: int = 3, perturb: float = 0.0) -> None:
     (folder / "run_log.jsonl").write_text("\n".join(lines) + "\n")
 
 
-def write_run(folder: Path, losses: list[float], checkpoint: bool = True) -> None:
+SETUP = ["0\tsudo apt-get update\trecorded, not run\t0.2\n", "0\tpip install -e .\t\t6.5\n"]
+
+
+def write_run(folder: Path, losses: list[float], checkpoint: bool = True, setup: list[str] = SETUP) -> None:
+    """A run folder as the runner leaves it: its output, its checkpoint, the set-up commands its script ran."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "stdout.log").write_text("".join(f"final loss {loss!r}\n" for loss in losses))
+    (folder / RECORD_NAME).write_text("".join(setup))
     if checkpoint:
-        (folder / "checkpoint-2-0").mkdir()
+        (folder / "checkpoint-2-0").mkdir(exist_ok=True)
 
 
 def plan_reading(tmp_path: Path, steps: int = 3) -> Plan:
     def metrics(run: Path) -> list[float]:
         return [float(line.split()[-1]) for line in (run / "stdout.log").read_text().splitlines()]
 
-    return Plan(target="toy", cwd=tmp_path, command=lambda run: ["true"], env={}, ranks=RANKS,
-                dataloader_workers=4, steps=steps, replacements=[], metrics=metrics,
+    return Plan(target="toy", cwd=tmp_path, command=lambda run: ["bash", "scripts/launch.sh"], env={}, ranks=RANKS,
+                dataloader_workers=4, steps=steps, replacements=[], metrics=metrics, script="scripts/launch.sh",
+                runs_script=True,
                 checkpoint_saved=lambda run: (run / "checkpoint-2-0").is_dir(),
                 steps_taken=lambda run: len(metrics(run)))
 
@@ -71,8 +78,36 @@ def three_runs(tmp_path: Path, losses: dict[str, list[float]], checkpoints=("unw
 
 def test_runs_that_agree_pass_with_every_field(tmp_path):
     line = judge(plan_reading(tmp_path), three_runs(tmp_path, {}))
-    assert line == ("PASS toy ranks=2 dataloader_workers=4 steps=3 checkpoint=yes vanilla=identical "
-                    "credit=reference")
+    assert line == ("PASS toy ranks=2 dataloader_workers=4 steps=3 checkpoint=yes script=scripts/launch.sh setup=2 "
+                    "vanilla=identical credit=reference")
+
+
+def test_a_set_up_command_that_failed_fails_naming_it(tmp_path):
+    runs = three_runs(tmp_path, {})
+    write_run(tmp_path / "otca", [0.25, -0.5, 1e-8], setup=[SETUP[0], "1\tpip install -e .\t\t2.0\n"])
+    line = judge(plan_reading(tmp_path), runs)
+    assert line == "FAIL toy the otca run's set-up command `pip install -e .` exited 1"
+
+
+def test_runs_that_ran_different_set_up_commands_fail(tmp_path):
+    runs = three_runs(tmp_path, {})
+    write_run(tmp_path / "wrapped", [0.25, -0.5, 1e-8], setup=SETUP[:1])
+    line = judge(plan_reading(tmp_path), runs)
+    assert line.startswith("FAIL toy the runs ran different numbers of set-up commands: ")
+    assert "'wrapped': 1" in line and "'otca': 2" in line
+
+
+def test_a_script_run_is_bash_alone_and_the_script_first_under_the_launch(tmp_path):
+    from otca_patch.rehearsal.runner import launcher, wrapped
+
+    plan = plan_reading(tmp_path)
+    plan.otca_flags = ["--otca_rewards", "upstream"]
+    command = plan.command(tmp_path / "unwrapped")
+    assert wrapped("unwrapped", plan, tmp_path / "unwrapped", command) == ["bash", "scripts/launch.sh"]
+    assert wrapped("wrapped", plan, tmp_path / "wrapped", command) == [*launcher(), "launch", "scripts/launch.sh"]
+    assert wrapped("otca", plan, tmp_path / "otca", command) == [
+        *launcher(), "launch", "scripts/launch.sh", "--otca", "--otca_log_dir", str(tmp_path / "otca" / "otca"),
+        "--otca_rewards", "upstream"]
 
 
 def test_a_wrapped_loss_one_ulp_away_fails_naming_the_value(tmp_path):

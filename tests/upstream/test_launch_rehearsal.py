@@ -1,6 +1,7 @@
 """The launch rehearsal of DanceGRPO's and MixGRPO's trainers, end to end (``pytest -m upstream``):
-upstream's ``main()`` under its own torchrun line, 2 processes, its DataLoader workers, run with no
-wrapper, under ``otca-patch launch`` and under ``--otca``; each line must be PASS with every field."""
+upstream's own launch script run as it is, set-up lines included (MixGRPO: its torchrun line, after
+its README's set-up line), 2 processes, its DataLoader workers, run with no wrapper, under
+``otca-patch launch`` and under ``--otca``; each line must be PASS with every field."""
 import os
 import re
 import subprocess
@@ -33,18 +34,31 @@ def rehearse(target: str, checkout: dict[str, str], out: Path) -> dict[str, str]
     return dict(part.split("=", 1) for part in found.group(2).split())
 
 
+def set_up_ran(out: Path, target: str) -> list[list[str]]:
+    """[exit status, command] of each set-up command the --otca run ran (the same in every run: the line checks)."""
+    return [line.split("\t")[:2] for line in (out / target / "otca" / "setup_commands.txt").read_text().splitlines()]
+
+
 def test_dancegrpo_flux_rehearses_end_to_end(dancegrpo, tmp_path):
     fields = rehearse("dancegrpo-flux", {"OTCA_UPSTREAM_DANCEGRPO": str(dancegrpo)}, tmp_path)
     assert fields == {"ranks": "2", "dataloader_workers": "4", "steps": fields["steps"], "checkpoint": "yes",
+                      "script": "scripts/finetune/finetune_flux_grpo.sh", "setup": "4",
                       "vanilla": "identical", "credit": "reference"}
     assert int(fields["steps"]) >= 3
+    assert set_up_ran(tmp_path, "dancegrpo-flux") == [
+        ["0", "sudo apt-get update"], ["0", "sudo apt-get install python3-tk"],
+        ["0", "git clone https://github.com/tgxs002/HPSv2.git"], ["0", "pip install -e ."]]
 
 
 def test_dancegrpo_hunyuan_rehearses_end_to_end(dancegrpo, tmp_path):
     fields = rehearse("dancegrpo-hunyuan", {"OTCA_UPSTREAM_DANCEGRPO": str(dancegrpo)}, tmp_path)
     # upstream's best-of-8 over 4 accumulation steps: 2 optimizer steps per training step, 2 training steps
     assert fields == {"ranks": "2", "dataloader_workers": "4", "steps": "4", "checkpoint": "yes",
+                      "script": "scripts/finetune/finetune_hunyuan_grpo.sh", "setup": "6",
                       "vanilla": "identical", "credit": "reference"}
+    assert [command for _status, command in set_up_ran(tmp_path, "dancegrpo-hunyuan")] == [
+        "pip3 install moviepy", "pip3 install huggingface_hub==0.24.0", "pip3 install tf-keras==2.19.0",
+        "pip3 install trl==0.16.0", "pip3 install transformers==4.46.1", "pip3 install protobuf==5.29.5"]
     # upstream records -1 for VQ and MQ when its VideoAlign call raises, and trains on
     for run in ("unwrapped", "wrapped", "otca"):
         printed = (tmp_path / "dancegrpo-hunyuan" / run / "stdout.log").read_text(errors="replace")
@@ -61,7 +75,9 @@ def test_mixgrpo_flux_rehearses_end_to_end(mixgrpo, tmp_path):
     fields = rehearse("mixgrpo-flux", {"OTCA_UPSTREAM_MIXGRPO": str(mixgrpo)}, tmp_path)
     # upstream's launch line: 2 training steps, each 4 optimizer steps (its gradient accumulation)
     assert fields == {"ranks": "2", "dataloader_workers": "4", "steps": "8", "checkpoint": "yes",
+                      "script": "scripts/finetune/finetune_flux_grpo_MixGRPO.sh:torchrun", "setup": "1",
                       "vanilla": "identical", "credit": "reference"}
+    assert set_up_ran(tmp_path, "mixgrpo-flux") == [["0", "git clone https://github.com/tgxs002/HPSv2.git"]]
     replaced = (tmp_path / "mixgrpo-flux" / "replacements.txt").read_text()
     assert "stopped (SIGTERM) once 2 training steps and the checkpoint are done" in replaced
 

@@ -1,6 +1,6 @@
-"""The FlowGRPO launch rehearsal on upstream's own checkout: the command is upstream's launch line with
-only the CPU's options changed, and each rehearsed FlowGRPO trainer rehearses end to end (three runs, one
-PASS line)."""
+"""The FlowGRPO launch rehearsal on upstream's own checkout: each run starts upstream's launch script,
+whose copy differs only in its launch line's CPU options, and each rehearsed FlowGRPO trainer rehearses
+end to end (three runs, one PASS line)."""
 from __future__ import annotations
 
 import json
@@ -44,17 +44,19 @@ LINES = {
 
 
 @pytest.mark.parametrize("target", sorted(LINES))
-def test_the_command_is_upstreams_launch_line_with_only_the_cpu_options_changed(
+def test_the_run_starts_upstreams_script_with_only_the_cpu_options_of_its_launch_line_changed(
         target, flow_grpo, flow_grpo_9745241, tmp_path, monkeypatch):
     for name, value in checkout_env(flow_grpo, flow_grpo_9745241).items():
         monkeypatch.setenv(name, value)
     launch_script, upstream_line, expected = LINES[target]
     plan = flowgrpo.plan(target, tmp_path / "work", "cpu")
     run = tmp_path / "run"
-    program, *command = plan.command(run)
-    assert Path(program).name == "accelerate"  # upstream's `accelerate`: this environment's
-    command = ["accelerate", *command]
-    assert launcher_line(plan.where(run) / launch_script, "accelerate") == upstream_line
+    assert plan.command(run) == ["bash", launch_script] and plan.runs_script and plan.script == launch_script
+    assert launcher_line(plan.cwd / launch_script, "accelerate") == upstream_line
+    original, copy = (plan.cwd / launch_script).read_text(), (plan.where(run) / launch_script).read_text()
+    command = launcher_line(plan.where(run) / launch_script, "accelerate")
+    assert [line for line in copy.splitlines() if not line.startswith("accelerate ")] == \
+        [line for line in original.splitlines() if not line.startswith("accelerate ")]
     port = command.index("--main_process_port") + 1
     assert command[port].isdigit()
     config = run.resolve() / "rehearsal_config.py"
@@ -74,8 +76,10 @@ def test_each_flowgrpo_trainer_rehearses_end_to_end(flow_grpo, flow_grpo_9745241
     done = subprocess.run([sys.executable, "-m", "otca_patch.rehearsal", "--out", str(tmp_path), target],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=3600)
     lines = done.stdout.splitlines()
+    script = {"flowgrpo-sd3": "grpo.sh", "flowgrpo-flux": "grpo_flux.sh", "flowgrpo-qwenimage": "grpo_qwenimage.sh"}
     assert f"PASS {target} ranks=2 dataloader_workers={REHEARSED[target]} steps=3 checkpoint=yes " \
-           "vanilla=identical credit=reference" in lines, done.stdout + done.stderr[-4000:]
+           f"script=scripts/single_node/{script[target]} setup=0 vanilla=identical credit=reference" in lines, \
+        done.stdout + done.stderr[-4000:]
     assert re.match(r"launch rehearsal: passed \(1 targets\) in \d+ s", lines[-1]), lines[-1]
     assert done.returncode == 0
 
@@ -88,10 +92,10 @@ def test_sd3_rehearses_the_newer_snapshot_where_the_pinned_one_is_absent(tmp_pat
     (tmp_path / "upstream").mkdir()
     (tmp_path / "upstream" / archive.name).symlink_to(archive)
     monkeypatch.setenv("OTCA_SHARED", str(tmp_path))
+    monkeypatch.setattr(upstreams, "REPO", tmp_path)  # no .gpu-payload of this checkout holds the pinned one
     for variable in ("OTCA_UPSTREAM_FLOW_GRPO", "OTCA_UPSTREAM_FLOW_GRPO_9745241"):
         monkeypatch.delenv(variable, raising=False)
-    if any(place.is_file() for place in upstreams.snapshot_places("flow_grpo-ac4c86e.tar.gz")):
-        pytest.skip("the pinned snapshot is in this checkout's .gpu-payload")
+    assert not any(place.is_file() for place in upstreams.snapshot_places("flow_grpo-ac4c86e.tar.gz"))
     commit, found = flowgrpo.first_checkout(flowgrpo.TARGET_BUILDERS["flowgrpo-sd3"]().commits, "scripts/train_sd3.py")
     assert commit == "9745241"
     assert (found / "scripts" / "train_flux.py").is_file()  # a file only the newer commit has
