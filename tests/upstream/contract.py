@@ -161,7 +161,7 @@ def trained(run) -> list:
     """What training did on every process (each ``smoke.json`` / ``smoke_rank<r>.json`` less how the
     run was configured): losses, clipped gradient norms and, where recorded, the trained weights."""
     results = []
-    for path in sorted(run.out.glob("smoke*.json")):
+    for path in [run.out / "smoke.json", *sorted(run.out.glob("smoke_rank*.json"))]:
         result = json.loads(path.read_text())
         results.append({key: value for key, value in result.items() if key not in CONFIGURATION_KEYS})
     return results
