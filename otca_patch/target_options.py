@@ -40,8 +40,6 @@ class TargetOptions:
 
 #: the flag a spec lists when its target has the objective-timing probe (it then takes the option ``probe``)
 PROBE_FLAG = "otca_probe_every"
-#: the targets whose spec lists ``PROBE_FLAG``: named in the refusal of every other target
-PROBING_TARGETS = ("dancegrpo-flux", "dancegrpo-flux-kontext", "dancegrpo-wan", "flowgrpo-sd3")
 
 
 def target_only_flags() -> tuple:
@@ -56,14 +54,16 @@ def given_target_flags(config) -> list:
             if getattr(config, f.name) != (f.default if f.default is not MISSING else f.default_factory())]
 
 
-def refuse_foreign_flags(config, target: str, accepted) -> None:
-    """A target-only flag given to a target whose spec does not list it is an error naming both."""
+def refuse_foreign_flags(config, target: str, accepted, probing) -> None:
+    """A target-only flag given to a target whose spec does not list it is an error naming both;
+    ``--otca_objective_timing`` given to a target without the probe, one naming ``probing()``: the
+    targets that have it (``hooks.spec.probing_targets``, read from the specs)."""
     if config.credit_config().uses_timing_map and PROBE_FLAG not in accepted:
         # docs/credit.md 9.3: without a probe the map is never measured and the option would silently
         # train by the mode's own rule
         raise ValueError(f"--otca_objective_timing: target {target} has no probe of predicted clean samples, so "
                          "the map the option needs is never measured; use a target that probes "
-                         f"({', '.join(PROBING_TARGETS)}), the demo (otca-patch ablate --modes "
+                         f"({', '.join(probing())}), the demo (otca-patch ablate --modes "
                          "multi_grpo_timed,otca_timed) or the library")
     foreign = [name for name in given_target_flags(config) if name not in accepted]
     if foreign:

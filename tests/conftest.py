@@ -29,8 +29,18 @@ QUICK_FILES = {
 FIRST_FILES = ("upstream/test_launch_rehearsal.py", "upstream/test_rehearsal_flowgrpo.py")
 
 
+def pytest_configure(config):
+    config.addinivalue_line("markers", "xdist_group(name): under pytest-xdist's --dist loadgroup one worker runs a "
+                            "group's tests (a test file, or the tests of one upstream target, sharing its smoke runs)")
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook, which reads the groups
 def pytest_collection_modifyitems(config, items):
     for item in items:
+        if not item.get_closest_marker("xdist_group"):
+            # under --dist loadgroup a test file with no group is one group: its module fixtures are made once,
+            # as under --dist loadfile; the tests of one target (tests/upstream/contract.py) share its smoke runs
+            item.add_marker(pytest.mark.xdist_group(item.path.relative_to(config.rootpath).as_posix()))
         if item.path.name in QUICK_FILES and not any(item.get_closest_marker(name) for name in ("slow", "upstream")):
             item.add_marker(pytest.mark.quick)
     # a stable sort: each file's tests keep their order, and every xdist worker collects the same order

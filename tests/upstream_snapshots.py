@@ -75,6 +75,23 @@ def newer_checkout(name: str, commit: str, marker_file: str) -> Path:
     missing(f"no {name} checkout at {commit}: set {env_var} or put ../shared/upstream/{archive} beside the repository")
 
 
+def verified_checkout(name: str, commit: str, marker_file: str) -> Path:
+    """The checkout of upstream ``name`` at ``commit`` (a spec's ``upstream`` and ``verified_commit``)
+    holding ``marker_file``: the pinned checkout (``upstream_checkout``) when ``commit`` is the pinned
+    one, else ``$OTCA_UPSTREAM_<NAME>_<COMMIT>`` or the snapshot ``<name>-<commit>.tar.gz`` beside the
+    repository (``<COMMIT>``: the first 7 hex digits)."""
+    short = commit[:7]
+    archive = f"{name}-{short}.tar.gz"
+    if PINNED_SNAPSHOTS.get(name) == archive:
+        return upstream_checkout(name, f"OTCA_UPSTREAM_{name.upper().replace('-', '_')}", marker_file)
+    env_var = f"OTCA_UPSTREAM_{name.upper().replace('-', '_')}_{short.upper()}"
+    given = os.environ.get(env_var)
+    folder = Path(given) if given else unpack_snapshot(archive)
+    if folder is not None and (folder / marker_file).is_file():
+        return folder.resolve()
+    missing(f"no {name} checkout at {short}: set {env_var} or put ../shared/upstream/{archive} beside the repository")
+
+
 # ---- plain git clones made of snapshots (the rebase tests)
 
 

@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..target_options import target_only_flags
+from ..target_options import PROBE_FLAG, target_only_flags
 
 try:
     import tomllib
@@ -406,3 +406,9 @@ def load_specs(directory: str | os.PathLike | None = None) -> list[TargetSpec]:
             raise ValueError(f"hook specs: target {spec.name} is named by both {seen[spec.name]} and {spec.path}")
         seen[spec.name] = spec.path
     return specs
+
+
+def probing_targets() -> tuple:
+    """The targets whose spec lists the objective-timing probe's flag (``target_options.PROBE_FLAG``),
+    among ``default_patches_dir()``'s specs: registering a probing target is its spec alone."""
+    return tuple(spec.name for spec in load_specs() if PROBE_FLAG in spec.flags)

@@ -238,10 +238,11 @@ def check_objectives(config: OtcaConfig, launched: list[TargetSpec], named: list
 def check_target_flags(config: OtcaConfig, named: list[TargetSpec]) -> None:
     """A target-only flag (``--otca_video_frames``...) that a trainer the launch names does not take:
     refused now, as its process would refuse it."""
+    from ..hooks.spec import probing_targets
     from ..target_options import refuse_foreign_flags
 
     for spec in named:
-        refuse_foreign_flags(config, spec.name, spec.flags)
+        refuse_foreign_flags(config, spec.name, spec.flags, probing_targets)
 
 
 def check_log_dir(folder: str, workdir: Path) -> None:

@@ -16,6 +16,7 @@ from .base import ImageBatch, RewardModel
 from .checkpoints import CheckpointSpec, PathLike, load_into, load_state_dict, resolve
 from .heads import LinearHead
 from .clip_backbone import load_clip_backbone
+from .clip_libs import open_clip_file_problem
 from .preprocess import preprocess_images
 
 HEAD_SPEC = CheckpointSpec(
@@ -40,6 +41,10 @@ class AestheticReward(RewardModel):
     """score = head(normalize(clip.encode_image(x))); roughly 1..10 for the published head; ``[B]``."""
 
     name = "aesthetic"
+
+    @classmethod
+    def missing_packages(cls, paths):
+        return open_clip_file_problem(cls.name, paths["clip_checkpoint"])
 
     def __init__(self, checkpoint: Optional[PathLike] = None, device: Union[str, torch.device] = "cpu",
                  dtype: torch.dtype = torch.float32, clip_checkpoint: Optional[PathLike] = None,

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import abc
 import math
-from typing import Any, List, Sequence, Tuple, Union
+from typing import Any, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 
@@ -41,6 +41,13 @@ class RewardModel(abc.ABC):
     def __init__(self, device: Union[str, torch.device] = "cpu", dtype: torch.dtype = torch.float32):
         self.device = torch.device(device)
         self.dtype = dtype
+
+    @classmethod
+    def missing_packages(cls, paths: Mapping[str, Optional[str]]) -> Optional[str]:
+        """One line saying what this reward lacks in this environment (a package, a file a package
+        ships), or None. ``paths``: each of its ``checkpoint_slots``' path, None where nothing names
+        it. Checked before a launch: it must not import the reward's library."""
+        return None
 
     def to(self, device: Union[str, torch.device]) -> "RewardModel":
         """Move the model's weights (every ``nn.Module`` it holds) to ``device``; inputs follow ``self.device``."""

@@ -63,6 +63,16 @@ def open_clip_name() -> Optional[str]:
     return None
 
 
+def open_clip_file_problem(model: str, path: Optional[str]) -> Optional[str]:
+    """The line saying an open_clip checkpoint file cannot load here (neither open_clip nor hpsv2),
+    else None; a transformers folder loads through transformers."""
+    if path is None or Path(path).expanduser().is_dir() or open_clip_name() is not None:
+        return None
+    return (f"reward model {model!r}: {path} is an open_clip checkpoint file, which needs open_clip (package "
+            f"open_clip_torch) or hpsv2, and neither is installed: {REWARDS_EXTRA} "
+            f"(or give a transformers CLIP folder, which loads through transformers)")
+
+
 def import_open_clip(needed_by: str):
     """open_clip, or hpsv2's vendored copy of it; ``MissingPackage`` when neither is installed."""
     name = open_clip_name()

@@ -16,6 +16,7 @@ import torch
 from .base import ImageBatch, RewardModel
 from .checkpoints import CheckpointSpec, PathLike, resolve
 from .clip_backbone import load_clip_backbone
+from .clip_libs import open_clip_file_problem
 from .preprocess import preprocess_images
 
 SPEC = CheckpointSpec(
@@ -34,6 +35,10 @@ class ClipTReward(RewardModel):
     """score = cos(image_emb, text_emb) in [-1, 1]; ``[B]`` float32."""
 
     name = "clip_t"
+
+    @classmethod
+    def missing_packages(cls, paths):
+        return open_clip_file_problem(cls.name, paths["checkpoint"])
 
     def __init__(self, checkpoint: Optional[PathLike] = None, device: Union[str, torch.device] = "cpu",
                  dtype: torch.dtype = torch.float32, model_name: str = "ViT-L-14", quick_gelu: bool = True):

@@ -16,7 +16,7 @@ import torch
 
 from .base import ImageBatch, RewardModel
 from .checkpoints import CheckpointSpec, PathLike, load_into, load_state_dict, offline_hub, resolve
-from .clip_libs import import_hpsv2_open_clip
+from .clip_libs import REWARDS_EXTRA, bpe_vocab_file, import_hpsv2_open_clip, installed
 from .preprocess import CLIP_MEAN, CLIP_STD, preprocess_images
 
 SPEC = CheckpointSpec(
@@ -31,6 +31,15 @@ class HPSv2Reward(RewardModel):
     """HPSv2.1 score, about 0.2..0.35 for real weights; ``[B]`` float32."""
 
     name = "hpsv2"
+
+    @classmethod
+    def missing_packages(cls, paths):
+        if not installed("hpsv2"):
+            return f"reward model 'hpsv2' needs the hpsv2 package, which is not installed: {REWARDS_EXTRA}"
+        if bpe_vocab_file() is None:
+            return (f"reward model 'hpsv2': hpsv2's tokenizer vocabulary is missing (its wheel omits it) and no "
+                    f"open_clip_torch ships a copy: {REWARDS_EXTRA}")
+        return None
 
     def __init__(self, checkpoint: Optional[PathLike] = None, device: Union[str, torch.device] = "cpu",
                  dtype: torch.dtype = torch.float32, arch: str = "ViT-H-14"):

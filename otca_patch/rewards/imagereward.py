@@ -30,6 +30,7 @@ from torch import nn
 
 from .base import ImageBatch, RewardModel
 from .checkpoints import CheckpointSpec, PathLike, load_into, load_state_dict, offline_hub, resolve
+from .clip_libs import installed
 from .heads import LinearHead, head_keys
 from .preprocess import CLIP_MEAN, CLIP_STD, preprocess_images
 
@@ -121,6 +122,12 @@ class ImageRewardReward(RewardModel):
     """ImageReward (normalised; about -2..2); ``[B]`` float32."""
 
     name = "imagereward"
+
+    @classmethod
+    def missing_packages(cls, paths):
+        if installed("ImageReward") and installed("fairscale"):
+            return None
+        return f"reward model 'imagereward' needs the ImageReward package: {INSTALL_HINT}"
 
     def __init__(self, checkpoint: Optional[PathLike] = None, device: Union[str, torch.device] = "cpu",
                  dtype: torch.dtype = torch.float32, tokenizer: Optional[PathLike] = None,

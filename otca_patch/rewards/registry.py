@@ -68,6 +68,21 @@ def load(name: str, checkpoint: Optional[Union[str, Path]] = None, device: Union
     return factory(checkpoint=checkpoint, device=device, **kwargs)
 
 
+def reward_class(name: str) -> Factory:
+    """Reward ``name``'s class (or the factory registered at run time), imported, not built."""
+    return _factory(name)
+
+
+def named_paths(name: str, checkpoint: Optional[str] = None, options: Optional[dict] = None,
+                env: Optional[dict] = None) -> Dict[str, Optional[str]]:
+    """``{parameter: path or None}`` of each of reward ``name``'s checkpoint slots: what names it
+    (``checkpoint``, the option, else its ``OTCA_CKPT_*`` variable), unchecked."""
+    env = os.environ if env is None else env
+    options = options or {}
+    return {parameter: (checkpoint if parameter == "checkpoint" else options.get(parameter)) or env.get(spec.env_var)
+            for parameter, spec, _ in getattr(_factory(name), "checkpoint_slots", ())}
+
+
 def checkpoint_paths(name: str, checkpoint: Optional[str] = None, options: Optional[dict] = None,
                      env: Optional[dict] = None) -> Dict[str, Path]:
     """``{parameter: existing path}`` of reward ``name``'s checkpoint files, resolved as its loader

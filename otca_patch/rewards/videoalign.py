@@ -25,6 +25,7 @@ import torch
 
 from .base import RewardModel
 from .checkpoints import CheckpointSpec, PathLike, offline_hub, resolve
+from .clip_libs import installed
 
 SPEC = CheckpointSpec(
     model="videoalign",
@@ -115,6 +116,14 @@ class VideoAlignReward(RewardModel):
     name = "videoalign"
     output_names = ("videoalign.vq", "videoalign.mq", "videoalign.ta")
     modality = "video"
+
+    @classmethod
+    def missing_packages(cls, paths):
+        lacking = [module for module in ("trl", "datasets") if not installed(module)]
+        if not lacking:
+            return None
+        return (f"reward model 'videoalign' needs {' and '.join(lacking)}, which DanceGRPO's vendored "
+                f"VideoAlign imports: pip install 'otca-patch[videoalign]'")
 
     def __init__(self, checkpoint: Optional[PathLike] = None, device: Union[str, torch.device] = "cpu",
                  dtype: torch.dtype = torch.bfloat16, fps: float = 24.0, use_norm: bool = True,

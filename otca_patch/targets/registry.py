@@ -8,7 +8,7 @@ from typing import Optional
 
 from ..config import OtcaConfig
 from ..target_options import refuse_foreign_flags
-from ..hooks.spec import TargetSpec, load_specs
+from ..hooks.spec import TargetSpec, load_specs, probing_targets
 
 
 def runtime_class(spec: TargetSpec) -> type:
@@ -27,7 +27,7 @@ def runtime_class(spec: TargetSpec) -> type:
 def install(spec: TargetSpec, config: OtcaConfig):
     """The runtime of one process for target ``spec``, before the rewritten upstream module executes.
     A target-only flag the spec does not list is refused here (the one place it is checked)."""
-    refuse_foreign_flags(config, spec.name, spec.flags)
+    refuse_foreign_flags(config, spec.name, spec.flags, probing_targets)
     return runtime_class(spec)(config, spec)
 
 

@@ -2,15 +2,13 @@
 
 A fork's code is never committed here, so what can be checked without it runs everywhere: the spec
 loads, extends its family's skeleton and lists exactly what its family lists, and the spec file names
-nothing else. The doctor run on the fork's file needs a checkout of the fork, named by
-``$OTCA_FORK_<NAME>`` (``Fork.env_var``); without one that test skips, under CI too: no snapshot of a
-fork travels with the tests, and these tests are marked ``fork``, not ``upstream`` (CI=true turns a
-missing *upstream* checkout into a failure; a fork is no upstream's snapshot).
+nothing else. Doctor and the family's smoke, plain and with ``--otca``, run on the fork's snapshot
+beside the repository (``../shared/upstream/<upstream>-<commit>.tar.gz``, as every upstream's), or on
+the checkout ``$OTCA_FORK_<NAME>`` names (``Fork.env_var``); without either a test fails under CI.
 """
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import subprocess
 import sys
@@ -23,7 +21,9 @@ import pytest
 from otca_patch.config import OtcaConfig
 from otca_patch.hooks.spec import load_specs
 from otca_patch.targets.registry import runtime_class, runtime_for, spec_named
-from upstream_snapshots import PINNED_SNAPSHOTS, REPO
+from upstream.conftest import TERM_PROBE, require_upstream_packages
+from upstream.contract import dancegrpo_runner
+from upstream_snapshots import PINNED_SNAPSHOTS, REPO, verified_checkout
 
 
 @dataclass(frozen=True)
@@ -73,17 +73,19 @@ def test_a_fork_that_follows_its_family_is_its_spec_alone(fork, tmp_path):
 
 
 def fork_checkout(fork: Fork) -> Path:
-    path = Path(os.environ[fork.env_var])
+    """``$OTCA_FORK_<NAME>``'s checkout, else the fork's snapshot (its upstream and commit: its spec's)."""
     spec = spec_named(fork.target)
+    if not os.environ.get(fork.env_var):
+        require_upstream_packages()
+        return verified_checkout(spec.upstream, fork.commit, spec.file)
+    path = Path(os.environ[fork.env_var])
     if not (path / spec.file).is_file():
         pytest.fail(f"${fork.env_var}={path} holds no {spec.file}; point it at a checkout of {fork.repository}")
     return path
 
 
-@pytest.mark.fork
-@pytest.mark.parametrize("fork", [pytest.param(fork, id=fork.target, marks=pytest.mark.skipif(
-    not os.environ.get(fork.env_var), reason=f"${fork.env_var} names no checkout of {fork.repository}"))
-    for fork in FORKS])
+@pytest.mark.upstream
+@pytest.mark.parametrize("fork", FORKS, ids=lambda fork: fork.target)
 def test_doctor_on_the_fork_says_its_hook_points_hold(fork):
     checkout = fork_checkout(fork)
     spec = spec_named(fork.target)
@@ -98,20 +100,20 @@ def test_doctor_on_the_fork_says_its_hook_points_hold(fork):
     assert "no spec covers" not in done.stdout, done.stdout  # the fork's trainer is no longer uncovered
 
 
-@pytest.mark.fork
-@pytest.mark.parametrize("fork", [pytest.param(fork, id=fork.target, marks=pytest.mark.skipif(
-    not os.environ.get(fork.env_var), reason=f"${fork.env_var} names no checkout of {fork.repository}"))
-    for fork in FORKS])
-def test_the_fork_is_a_smoke_target_of_its_own_and_trains_with_the_layer(fork, tmp_path):
-    """Its spec's ``[target.smoke]`` names the family's harness: the fork's own file runs, rewritten by its spec."""
-    checkout = fork_checkout(fork)
-    # the fork's trainer imports ai-toolkit's ``toolkit`` from its fastvideo/ (as its own launch does)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(checkout / "fastvideo"), str(REPO)])}
-    done = subprocess.run([sys.executable, "-m", "otca_patch.smoke", str(checkout), str(tmp_path / "out"),
-                           "--target", fork.target, "--steps", "1", "--otca"], capture_output=True, text=True,
-                          timeout=900, cwd=tmp_path, env=env)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert done.stdout.strip().splitlines()[-1].startswith(f"smoke: passed: {fork.target}, --otca")
-    first = json.loads((tmp_path / "out" / "run_log.jsonl").read_text().splitlines()[0])
+@pytest.mark.upstream
+@pytest.mark.parametrize("fork", FORKS, ids=lambda fork: fork.target)
+def test_the_fork_is_a_smoke_target_of_its_own_and_trains_with_and_without_the_layer(fork, tmp_path):
+    """Its spec's ``[target.smoke]`` names the family's harness: the fork's own file runs as it is, and
+    rewritten by its spec. Its trainer imports ai-toolkit's ``toolkit`` from its ``fastvideo/`` (as the
+    fork's launch puts it on the path; two modules that code imports and the fork lacks are stood in,
+    ``tests/upstream/ai_toolkit_stand_ins``: neither runs in a smoke run)."""
+    checkout, spec = fork_checkout(fork), spec_named(fork.target)
+    run = dancegrpo_runner(spec, TERM_PROBE)
+    plain = run(checkout, tmp_path / "plain", "--steps", "1")
+    assert plain.completed.stdout.strip().splitlines()[-1].startswith(f"smoke: passed: {fork.target}, vanilla")
+    assert not plain.log and len(plain.result["steps"]) == 1
+    otca = run(checkout, tmp_path / "otca", "--steps", "1", "--otca")
+    assert otca.completed.stdout.strip().splitlines()[-1].startswith(f"smoke: passed: {fork.target}, --otca")
     # the fork's file, rewritten by the fork's spec (the run log's record of which spec was applied)
-    assert (first["spec"]["target"], first["spec"]["file"]) == (fork.target, spec_named(fork.target).file)
+    assert [(r["spec"]["target"], r["spec"]["file"]) for r in otca.log] == [(fork.target, spec.file)]
+    assert otca.losses != plain.losses  # the layer's advantage trained, not upstream's

@@ -1,15 +1,16 @@
 """The objective-timing probe of the trainers (``targets/timing_probe.py``, docs/credit.md 9.3): its
 flags, its schedule, the map it pools over the last W probes, and which targets take it."""
 import math
+import shutil
 
 import pytest
 import torch
 
 from otca_patch.config import OtcaConfig
 from otca_patch.credit.timing import decided
-from otca_patch.hooks.spec import load_specs
+from otca_patch.hooks.spec import PACKAGED_PATCHES_DIR, load_specs
 from otca_patch.objective_set import UpstreamRewards
-from otca_patch.target_options import PROBE_FLAG, PROBING_TARGETS
+from otca_patch.target_options import PROBE_FLAG
 from otca_patch.targets.registry import runtime_for
 from otca_patch.targets.timing_probe import TimingProbe, heatmap
 
@@ -68,8 +69,27 @@ def test_targets_without_the_probe_refuse_the_option_and_its_flags(tmp_path, tar
         runtime_for(target, OtcaConfig(otca=True, otca_probe_every=3, otca_log_dir=str(tmp_path)))
 
 
-def test_the_targets_named_as_probing_are_those_whose_spec_lists_the_probe():
-    assert sorted(s.name for s in load_specs() if PROBE_FLAG in s.flags) == sorted(PROBING_TARGETS)
+def test_the_refusal_names_the_targets_whose_spec_lists_the_probe(tmp_path, monkeypatch):
+    """The shipped probing targets, and a made-up one registered by its spec alone (extending the FLUX
+    skeleton with the probe) joins them."""
+    with pytest.raises(ValueError) as refused:
+        runtime_for("dancegrpo-sd", OtcaConfig(**PROBE, otca_log_dir=str(tmp_path)))
+    shipped = "(dancegrpo-flux, dancegrpo-flux-kontext, dancegrpo-wan, flowgrpo-sd3)"
+    assert shipped in str(refused.value)
+    patches = tmp_path / "patches"
+    shutil.copytree(PACKAGED_PATCHES_DIR, patches)
+    text = (patches / "dancegrpo" / "train_grpo_flux.toml").read_text()
+    assert 'extends = "dancegrpo/_flux_probe.toml"' in text
+    (patches / "dancegrpo" / "train_grpo_flux_madeup.toml").write_text(
+        text.replace('"dancegrpo-flux"', '"dancegrpo-flux-madeup"').replace(
+            "fastvideo/train_grpo_flux.py", "fastvideo/train_grpo_flux_madeup.py"))
+    monkeypatch.setenv("OTCA_PATCHES_DIR", str(patches))
+    with pytest.raises(ValueError) as refused:
+        runtime_for("dancegrpo-sd", OtcaConfig(**PROBE, otca_log_dir=str(tmp_path)))
+    assert "(dancegrpo-flux, dancegrpo-flux-kontext, dancegrpo-flux-madeup, dancegrpo-wan, flowgrpo-sd3)" in str(refused.value)
+
+
+def test_a_spec_that_lists_the_probe_lists_its_three_flags():
     for spec in load_specs():
         if PROBE_FLAG in spec.flags:
             assert {"otca_probe_samples", "otca_probe_window"} <= set(spec.flags), spec.name

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 import upstream_snapshots as snapshots
+from otca_patch.credit import CreditConfig, credit_from_progress
 from free_port import free_port
 from upstream_snapshots import newer_checkout, upstream_checkout
 
@@ -152,6 +153,65 @@ def ppo_terms(run, args, trained_steps, advantages, step_weights=None, rows=None
     return torch.maximum(-adv * ratio, -adv * clipped) / (gas * train_timesteps)
 
 
+def assert_tcd_reweights_vanilla(vanilla, tcd, args, **clips):
+    """TCD's first step (``tcd``: ``--otca_mode tcd`` on upstream's reward) trains upstream's PPO loss
+    of that step (rebuilt from ``vanilla``'s recorded log-probs), each term's advantage times the
+    logged step weight of the step it trains. Returns (the weighted terms, vanilla's terms, the
+    weights of the trained steps) for a trainer's own checks."""
+    record = tcd.log[0]
+    trained = torch.tensor(record["trained_steps"])
+    upstream_adv = torch.tensor(record["upstream_advantages"], dtype=torch.float64)
+    weights = torch.tensor(record["step_weights"], dtype=torch.float64)
+    # same weights, prompts, noise and step order: the new log-probs of step 1 are bit-identical
+    first = len(tcd.terms[0]["new_log_probs"])
+    assert torch.equal(torch.stack(tcd.terms[0]["new_log_probs"]), torch.stack(vanilla.terms[0]["new_log_probs"][:first]))
+    vanilla_terms = ppo_terms(vanilla, args, trained, upstream_adv, **clips)
+    assert vanilla_terms.sum().item() == pytest.approx(vanilla.losses[0], abs=1e-6 * vanilla_terms.abs().sum().item())
+    weighted = ppo_terms(vanilla, args, trained, upstream_adv, weights, **clips)
+    assert not torch.allclose(weights, torch.ones_like(weights)), "step weights are not all 1 here"
+    assert tcd.losses[0] == pytest.approx(weighted.sum().item(), abs=1e-5 * weighted.abs().sum().item())
+    return weighted, vanilla_terms, weights.gather(1, trained)
+
+
+def assert_logged_credit(run, objectives: list, group_size: int = 4) -> None:
+    """Each record of a two-step ``--otca`` run: its objectives and mode, and its advantages and step
+    weights the credit engine's on the record's own inputs (rewards, progress, groups, options)."""
+    assert [r["step"] for r in run.log] == [1, 2]
+    for record in run.log:
+        assert record["objectives"] == objectives and record["mode"] == "otca"
+        credit = credit_from_progress(torch.tensor(record["rewards"]), torch.tensor(record["delta_s"]),
+                                      torch.tensor(record["group_ids"]), CreditConfig(**record["config"]))
+        kept = torch.tensor(record["advantages"])
+        assert kept.shape == (group_size, len(record["delta_s"][0]) - 1)
+        assert torch.allclose(kept, credit.advantages[:, :-1], atol=1e-6)
+        assert torch.allclose(torch.tensor(record["step_weights"]), credit.step_weights, atol=1e-6)
+
+
+def assert_ranks_get_the_gathered_credit(run, step: int = 1) -> dict:
+    """Two ranks of one prompt group each: each rank's advantages at ``step`` are its rows of the
+    credit engine's over both ranks' rewards and progress (what one process would compute). Returns
+    the records by rank."""
+    by_rank = {r["rank"]: r for r in run.log if r["step"] == step}
+    assert sorted(by_rank) == [0, 1]
+    gathered = {key: torch.cat([torch.tensor(by_rank[rank][key]) for rank in (0, 1)])
+                for key in ("rewards", "delta_s", "group_ids")}
+    assert gathered["group_ids"].tolist() == [0, 0, 0, 0, 1, 1, 1, 1]  # one prompt per rank
+    credit = credit_from_progress(gathered["rewards"], gathered["delta_s"], gathered["group_ids"],
+                                  CreditConfig(**by_rank[0]["config"]))
+    for rank in (0, 1):
+        rows = slice(4 * rank, 4 * rank + 4)
+        assert torch.allclose(torch.tensor(by_rank[rank]["advantages"]), credit.advantages[rows, :-1], atol=1e-6)
+    return by_rank
+
+
+def assert_flags_in_the_environment_reach_the_layer(runs, vanilla, *steps: str, trained=lambda run: run.losses):
+    """The control of the contract's vanilla parity (test_contract.py): the environment of a launched
+    process with --otca among its flags rewrites the upstream file (``trained``: what the run trained)."""
+    asked = runs("asked", *steps, env=with_startup_hook("--otca --otca_mode tcd --otca_rewards upstream"))
+    assert [r["mode"] for r in asked.log] == ["tcd", "tcd"]
+    assert trained(asked) != trained(vanilla)
+
+
 def float32_advantage_tolerance(record) -> float:
     """How far upstream's float32 group advantage ``(r - mean) / (std + eps)`` can be from the exact
     one: float32 rounding of r and mean (relative 2^-24 each) divided by the group's std. With rewards
@@ -233,9 +293,16 @@ class FlowSmokeRun:
         return self.result["losses"], self.result["grad_norms"], self.result["weights_digest"]
 
 
+def torchrun(nproc: int) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc),
+            "--master_port", str(free_port())]
+
+
 def run_flowgrpo_smoke(upstream: Path, out: Path, *flags: str, nproc: int = 1, env: dict | None = None,
-                       check: bool = True, target: str = "flowgrpo-sd3") -> FlowSmokeRun:
-    command = [*accelerate_launch(nproc), *SMOKE, str(upstream), str(out), "--target", target, *flags]
+                       check: bool = True, target: str = "flowgrpo-sd3", launcher: str = "accelerate") -> FlowSmokeRun:
+    """A FlowGRPO smoke run under ``launcher`` (``accelerate`` or ``torchrun``, as upstream launches the trainer)."""
+    launch = accelerate_launch(nproc) if launcher == "accelerate" else torchrun(nproc)
+    command = [*launch, *SMOKE, str(upstream), str(out), "--target", target, *flags]
     completed = subprocess.run(command, capture_output=True, text=True, timeout=900,
                                env={**os.environ, "WANDB_MODE": "disabled", **(env or {})}, cwd=REPO)
     if check and completed.returncode != 0:
@@ -256,5 +323,32 @@ def cached_runs(make):
             folders[name] = folders.get(name, 0) + 1
             made[key] = make(name if folders[name] == 1 else f"{name}-{folders[name]}", *flags, **options)
         return made[key]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def tiny_models(tmp_path_factory) -> Path:
+    """Where the session's tiny pipelines are built once each (FlowGRPO's, by ``$OTCA_TINY_<MODEL>_DIR``)."""
+    return tmp_path_factory.mktemp("tiny_models")
+
+
+@pytest.fixture(scope="session")
+def target_runs(tmp_path_factory, tiny_models):
+    """``target_runs(name)``: ``get(run name, *flags, **options)`` of target ``name`` (``cached_runs``),
+    its smoke runs made once per session and shared by the contract suite and the target's own tests
+    (contract.py: the checkout it was verified on, its family's launcher)."""
+    from . import contract
+
+    specs = {spec.name: spec for spec in contract.contract_specs()}
+    made = {}
+
+    def get(name: str):
+        if name not in made:
+            spec = specs[name]
+            run, _ = contract.family(spec, tiny_models)
+            checkout, root = contract.checkout(spec), tmp_path_factory.mktemp(name)
+            made[name] = cached_runs(lambda run_name, *flags, **options: run(checkout, root / run_name, *flags, **options))
+        return made[name]
 
     return get

@@ -1,6 +1,6 @@
 """The checks every FlowGRPO target's smoke passes, on the upstream commit its spec is verified on:
-a test module subclasses ``FlowGrpoChecks`` with ``target``, ``upstream_file`` and a ``checkout``
-fixture (``flow_grpo`` or ``flow_grpo_9745241``). Each run trains 2 epochs of a tiny model on
+a test module subclasses ``FlowGrpoChecks`` with ``target`` and ``upstream_file``; the checkout is
+FlowGRPO at 9745241. Each run trains 2 epochs of a tiny model on
 upstream's ``jpeg_compressibility`` reward with weight 2 (``avg = 2 * jpeg_compressibility``),
 4 samples per process; the objectives of ``--otca`` alone are that reward and a tiny CLIP-T.
 
@@ -47,8 +47,17 @@ class FlowGrpoChecks:
     num_steps = 4  # the smoke's sampling steps S
     trained_columns = 3  # T
 
+    verified_here = True  # the checkout is the one the spec was verified on: the contract suite shares its runs
+
     @pytest.fixture(scope="class")
-    def runs(self, checkout, tmp_path_factory):
+    def checkout(self, flow_grpo_9745241):
+        """FlowGRPO at 9745241, where these trainers are verified (SD3's spec holds there too)."""
+        return flow_grpo_9745241
+
+    @pytest.fixture(scope="class")
+    def runs(self, checkout, target_runs, tmp_path_factory):
+        if self.verified_here:
+            return target_runs(self.target)
         root = tmp_path_factory.mktemp(self.target)
         model = {"OTCA_TINY_SD3_DIR": str(tmp_path_factory.mktemp("flowgrpo_model") / "tiny_sd3")}
         return cached_runs(lambda name, *flags, **options: run_flowgrpo_smoke(

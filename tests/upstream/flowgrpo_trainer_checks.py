@@ -9,47 +9,18 @@ recorded states, the registry objective by scoring the recorded images.
 """
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
-import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
 
-import upstream_snapshots as snapshots
 from otca_patch.credit import CreditConfig, credit_from_progress
 
-from .conftest import REPO, SMOKE, FlowSmokeRun, accelerate_launch, cached_runs, with_startup_hook
+from .conftest import REPO
+from .flowgrpo_checks import UPSTREAM_NORMALISATION
 from .image_trainer_checks import progress_from_latents
-
-PROBE = f"{Path(__file__).with_name('flowgrpo_probe.py')}:RolloutRecorder"
-#: FlowGRPO's own normalisation: numpy's population std plus 1e-4
-UPSTREAM_NORMALISATION = ["--otca_std_correction", "0", "--otca_adv_eps", "1e-4"]
-NEWER_SNAPSHOT = "flow_grpo-9745241.tar.gz"
-
-
-@pytest.fixture(scope="session")
-def flow_grpo_newer() -> Path:
-    """FlowGRPO at 9745241 (the commit these specs are verified on): ``OTCA_UPSTREAM_FLOW_GRPO_9745241``
-    or the snapshot in ``../shared/upstream/``."""
-    missing = [m for m in ("ml_collections", "absl", "peft", "wandb") if importlib.util.find_spec(m) is None]
-    if missing:
-        snapshots.missing(f"FlowGRPO's trainers need {', '.join(missing)}: pip install -e '.[flowgrpo]'")
-    given = os.environ.get("OTCA_UPSTREAM_FLOW_GRPO_9745241")
-    folder = Path(given) if given else snapshots.unpack_snapshot(NEWER_SNAPSHOT)
-    if folder is None or not (folder / "scripts" / "train_flux.py").is_file():
-        snapshots.missing(f"no FlowGRPO 9745241 checkout: set OTCA_UPSTREAM_FLOW_GRPO_9745241 or put "
-                          f"../shared/upstream/{NEWER_SNAPSHOT} beside the repository")
-    return folder.resolve()
-
-
-def torchrun(nproc: int) -> list[str]:
-    return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc),
-            "--master_port", str(29300 + os.getpid() % 200)]
 
 
 def upstream_advantages(avg: torch.Tensor, prompts: list) -> torch.Tensor:
@@ -66,14 +37,9 @@ def upstream_advantages(avg: torch.Tensor, prompts: list) -> torch.Tensor:
 class FlowTrainerChecks:
     target = ""  # smoke target name
     upstream_file = ""  # the trainer, inside the checkout
-    nproc = 2  # processes of every run
-    launcher = "accelerate"  # or "torchrun", as upstream launches the trainer
-    model_env = ""  # the variable naming the shared tiny pipeline folder
-    sizes: tuple = ()  # smoke size flags of every run
+    nproc = 2  # processes of every run (contract.py's launcher)
     upstream_reward = "jpeg_compressibility"  # the smoke config's multi_score reward
     reward_weight = 2.0  # its weight in upstream's avg
-    # breaks per_step_advantages, and nothing else: the same call without the assignment statement
-    mutation = ('samples["advantages"] = (', 'samples.__setitem__("advantages", ')
     loss_rtol = 1e-4
 
     sampling_steps = 4  # S of every run
@@ -96,34 +62,10 @@ class FlowTrainerChecks:
         """``[B]`` float64: a registry model's scores of the recorded samples (images here)."""
         return model.score(images, prompts).reshape(-1).double()
 
-    # ---- runs
-    def launch(self, nproc: int) -> list:
-        return accelerate_launch(nproc) if self.launcher == "accelerate" else torchrun(nproc)
-
-    def python_path(self) -> list:
-        """Folders the smoke processes import first (a newer transformers, for Qwen-Image)."""
-        return []
-
-    def run(self, upstream, out, *flags, env=None, check=True):
-        command = [*self.launch(self.nproc), *SMOKE, str(upstream), str(out), "--target", self.target,
-                   "--probe", PROBE, *self.sizes, *flags]
-        env = {**os.environ, "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1", **(env or {})}
-        if self.python_path():
-            env["PYTHONPATH"] = os.pathsep.join([*self.python_path(), *filter(None, [env.get("PYTHONPATH")])])
-        completed = subprocess.run(command, capture_output=True, text=True, timeout=900, cwd=REPO, env=env)
-        if check and completed.returncode != 0:
-            raise AssertionError(f"smoke run failed ({completed.returncode}):\n{completed.stderr[-4000:]}")
-        return FlowSmokeRun(out, completed)
-
+    # ---- runs (shared with the contract suite: contract.py launches them)
     @pytest.fixture(scope="class")
-    def model(self, tmp_path_factory):
-        return {self.model_env: str(tmp_path_factory.mktemp("flowgrpo_model") / "tiny")}
-
-    @pytest.fixture(scope="class")
-    def runs(self, flow_grpo_newer, model, tmp_path_factory):
-        root = tmp_path_factory.mktemp(self.target)
-        return cached_runs(lambda name, *flags, env=None: self.run(flow_grpo_newer, root / name, *flags,
-                                                                   env={**model, **(env or {})}))
+    def runs(self, target_runs):
+        return target_runs(self.target)
 
     def per_rank(self, run, name: str) -> list:
         return [json.loads((run.out / f"smoke_rank{rank}.json").read_text())[name] for rank in range(self.nproc)]
@@ -140,20 +82,6 @@ class FlowTrainerChecks:
         return recorded[key][epoch - 1]
 
     # ---- the checks
-    def test_vanilla_parity_with_the_layer_present_but_not_asked_for(self, runs):
-        vanilla = runs("vanilla")
-        present = runs("present", env=with_startup_hook("--otca_mode tcd"))
-        assert len(vanilla.result["losses"]) > 0
-        assert self.trained(present) == self.trained(vanilla)
-        assert not present.log
-
-    def test_observe_mode_trains_bit_identically_and_logs_the_credit(self, runs):
-        vanilla, observed = runs("vanilla"), runs("observe", "--otca_observe")
-        assert self.trained(observed) == self.trained(vanilla)
-        assert sorted((r["step"], r["rank"]) for r in observed.log) == [(s, r) for s in (1, 2) for r in range(self.nproc)]
-        for record in observed.log:
-            assert torch.equal(torch.tensor(record["advantages"]), torch.tensor(record["upstream_advantages"]))
-
     def test_sum_mode_over_upstreams_weights_trains_upstreams_numbers(self, runs):
         vanilla = runs("vanilla")
         summed = runs("sum", "--otca", "--otca_mode", "sum", "--otca_rewards", self.upstream_reward,
@@ -211,29 +139,3 @@ class FlowTrainerChecks:
                                "--processes", str(self.nproc)], capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stdout + done.stderr
         assert done.stdout.count("match the credit engine") == 2
-
-    def test_a_mutated_upstream_file_stops_otca_and_doctor_reports_it(self, flow_grpo_newer, model, tmp_path):
-        copy = tmp_path / "flow_grpo"
-        for part in ("scripts", "config", "flow_grpo"):
-            shutil.copytree(flow_grpo_newer / part, copy / part)
-        trainer = copy / self.upstream_file
-        source = trainer.read_text()
-        anchor, mutated = self.mutation
-        assert source.count(anchor) == 1
-        trainer.write_text(source.replace(anchor, mutated))
-        run = self.run(copy, tmp_path / "out", "--otca", env=model, check=False)
-        assert run.completed.returncode != 0 and run.result is None and not run.log
-        for part in (self.upstream_file, "function main", "per_step_advantages", "9745241cf1101407e9b518dd4f10498092150522"):
-            assert part in run.completed.stderr, part
-        doctor = subprocess.run([sys.executable, "-m", "otca_patch.cli", "doctor", str(copy)], capture_output=True,
-                                text=True, timeout=120, cwd=REPO)
-        assert doctor.returncode == 1
-        section = doctor.stdout.split(f"{self.target}: {self.upstream_file}")[1].split("\n\n")[0]
-        assert "per_step_advantages" in section and "FAIL" in section
-
-    def test_doctor_holds_on_the_verified_checkout(self, flow_grpo_newer):
-        doctor = subprocess.run([sys.executable, "-m", "otca_patch.cli", "doctor", str(flow_grpo_newer)],
-                                capture_output=True, text=True, timeout=120, cwd=REPO)
-        section = doctor.stdout.split(f"{self.target}: {self.upstream_file}")[1].split("\n\n")[0]
-        assert "identical to the file the spec was verified on" in section and "FAIL" not in section
-        assert f"{self.target} ({self.upstream_file}): holds" in doctor.stdout

@@ -8,9 +8,6 @@ smoke run's probe, not by the layer), the registry objective by scoring upstream
 """
 from __future__ import annotations
 
-import shutil
-import subprocess
-import sys
 from types import SimpleNamespace
 
 import pytest
@@ -18,7 +15,8 @@ import torch
 
 from otca_patch.credit import CreditConfig, credit_from_progress
 
-from .conftest import cached_runs, ppo_terms, run_smoke, with_startup_hook
+from .conftest import TERM_PROBE, ppo_terms
+from .contract import dancegrpo_runner, trainer_spec
 
 #: the objectives of ``--otca`` alone in every image smoke target
 DEFAULT_OBJECTIVES = ["upstream", "clip_t"]
@@ -40,18 +38,15 @@ def progress_from_latents(latents: torch.Tensor) -> torch.Tensor:
 
 
 class ImageTrainerChecks:
-    """Vanilla parity, observe, ``sum`` == vanilla, TCD re-weighting, credit on recomputed inputs,
-    2 ranks == one process, a mutated copy refused."""
+    """``sum`` == vanilla, TCD re-weighting, credit on recomputed inputs, 2 ranks == one process
+    (vanilla parity, observe mode and a mutated copy: the contract suite, test_contract.py)."""
 
     target = ""  # smoke target name
     upstream_file = ""  # the trainer, inside the checkout
-    sizes = ("--sampling_steps", "4")  # smoke size flags shared by every run
     group_size = 4  # num_generations of the smoke run
     timestep_fraction = 0.6
     ppo = {"gas": 4, "clip_range": 1e-4, "adv_clip_max": 5.0}  # what ppo_terms needs
     probe = None  # FILE.py:NAME of the smoke's test probe (None: conftest's term probe, via --record_terms)
-    mutation = ('samples["advantages"] = advantages', 'samples["advantages"] = advantages * 1')
-    mutated_hook = ("per_step_advantages", "function train_one_step", "found 1 times, expected exactly 2")
     # sum mode vs vanilla: the credit engine's advantage differs from upstream's float32 one by rounding;
     # how far that moves what upstream reports depends on the trainer's precision
     grad_norm_rtol, grad_norm_steps = 1e-6, 2  # relative gap of the clipped gradient norms, over how many steps
@@ -89,18 +84,13 @@ class ImageTrainerChecks:
                          step_weights=step_advantages.double())
 
     # ---- runs
-    def run(self, upstream, out, *flags, env=None, **options):
-        """One smoke run of this target. One thread per process: on a loaded machine several threads
-        per process are slower by an order of magnitude, and every run of a comparison uses the same."""
-        if self.probe:
-            flags = [part for flag in flags for part in (["--probe", self.probe] if flag == "--record_terms" else [flag])]
-        return run_smoke(upstream, out, "--target", self.target, *self.sizes, *flags,
-                         env={"OMP_NUM_THREADS": "1", **(env or {})}, **options)
+    def run(self, upstream, out, *flags, **options):
+        """A smoke run of this target outside the shared ones (contract.py's launcher)."""
+        return dancegrpo_runner(trainer_spec(self.target), self.probe or TERM_PROBE)(upstream, out, *flags, **options)
 
     @pytest.fixture(scope="class")
-    def runs(self, dancegrpo, tmp_path_factory):
-        root = tmp_path_factory.mktemp(self.target)
-        return cached_runs(lambda name, *flags, **options: self.run(dancegrpo, root / name, *flags, **options))
+    def runs(self, target_runs):
+        return target_runs(self.target)
 
     def vanilla(self, runs):
         return runs("vanilla", "--steps", "2", "--record_terms")
@@ -132,21 +122,6 @@ class ImageTrainerChecks:
         return credit_from_progress(rewards, delta_s, group_ids, CreditConfig(**records[ranks[0]]["config"])), delta_s
 
     # ---- the checks
-    def test_vanilla_parity_with_the_layer_present_but_not_asked_for(self, runs):
-        vanilla = self.vanilla(runs)
-        present = runs("present", "--steps", "2", env=with_startup_hook("--otca_mode tcd"))
-        assert present.losses == vanilla.losses and present.grad_norms == vanilla.grad_norms
-        assert not (present.out / "run_log.jsonl").exists()
-
-    def test_observe_mode_trains_bit_identically_and_logs_the_credit(self, runs):
-        vanilla = self.vanilla(runs)
-        observed = runs("observe", "--steps", "2", "--otca_observe")
-        assert observed.losses == vanilla.losses and observed.grad_norms == vanilla.grad_norms
-        assert [r["objectives"] for r in observed.log] == [DEFAULT_OBJECTIVES] * 2
-        for record in observed.log:  # the trainer used upstream's broadcast advantage
-            used = torch.tensor(record["advantages"])
-            assert torch.equal(used, torch.tensor(record["upstream_advantages"])[:, None].expand_as(used))
-
     def test_sum_mode_over_upstreams_reward_equals_vanilla(self, runs):
         vanilla = self.vanilla(runs)
         summed = runs("sum", "--steps", "2", "--record_terms", "--otca", "--otca_mode", "sum",
@@ -211,31 +186,3 @@ class ImageTrainerChecks:
             assert torch.allclose(torch.tensor(by_rank[rank]["advantages"], dtype=torch.float64),
                                   credit.advantages[rows, :-1].double(), atol=1e-5)
             assert by_rank[rank]["summary"] == pytest.approx(by_rank[0]["summary"])
-
-    def test_a_mutated_upstream_file_stops_otca_and_doctor_reports_it(self, dancegrpo, tmp_path):
-        copy = tmp_path / "DanceGRPO"
-        shutil.copytree(dancegrpo / "fastvideo", copy / "fastvideo")
-        trainer = copy / self.upstream_file
-        source = trainer.read_text()
-        anchor, mutated = self.mutation
-        assert anchor in source
-        trainer.write_text(source.replace(anchor, mutated, 1))
-        run = self.run(copy, tmp_path / "out", "--otca", check=False)
-        assert run.completed.returncode == 2 and run.result is None
-        hook, function, problem = self.mutated_hook
-        for part in (self.upstream_file, function, anchor, problem, "15cc71d53cc2e6e18a68ee607d5fb6ba9a99e344"):
-            assert part in run.completed.stderr
-        doctor = subprocess.run([sys.executable, "-m", "otca_patch.cli", "doctor", str(copy)], capture_output=True,
-                                text=True, timeout=120)
-        assert doctor.returncode == 1
-        section = doctor.stdout.split(f"{self.target}: {self.upstream_file}")[1].split("\n\n")[0]
-        assert hook in section and f"FAIL: anchor {problem}" in section
-        assert "differs from the file the spec was verified on" in section
-
-    def test_doctor_passes_on_the_pinned_checkout(self, dancegrpo):
-        doctor = subprocess.run([sys.executable, "-m", "otca_patch.cli", "doctor", str(dancegrpo)], capture_output=True,
-                                text=True, timeout=120)
-        assert doctor.returncode == 0, doctor.stdout + doctor.stderr
-        section = doctor.stdout.split(f"{self.target}: {self.upstream_file}")[1].split("\n\n")[0]
-        assert "identical to the file the spec was verified on" in section and "FAIL" not in section
-        assert f"{self.target} ({self.upstream_file}): holds" in doctor.stdout

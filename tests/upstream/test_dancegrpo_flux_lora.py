@@ -5,7 +5,7 @@ from otca_patch.tiny_models.text import IMAGE_PROMPTS as PROMPTS
 
 from .image_trainer_checks import ImageTrainerChecks
 
-pytestmark = pytest.mark.upstream
+pytestmark = [pytest.mark.upstream, pytest.mark.xdist_group("dancegrpo-flux-lora")]  # with its contract tests
 
 
 class TestFluxLora(ImageTrainerChecks):

@@ -8,9 +8,9 @@ from otca_patch.credit import CreditConfig, credit_from_progress
 
 from otca_patch.smoke.dancegrpo import trainer_named
 
-from .conftest import cached_runs, ppo_terms, refused_mutation, run_smoke
+from .conftest import ppo_terms, run_smoke
 
-pytestmark = pytest.mark.upstream
+pytestmark = [pytest.mark.upstream, pytest.mark.xdist_group("dancegrpo-hunyuan")]  # with its contract tests
 
 HY = ["--target", "dancegrpo-hunyuan"]
 VQ_MQ = ["--otca_rewards", "upstream.vq,upstream.mq"]
@@ -20,23 +20,20 @@ UPSTREAM_CLIPS = dict(clip_range=1e-4, adv_clip_max=5.0)  # fixed in upstream's 
 
 
 @pytest.fixture(scope="module")
-def runs(dancegrpo, tmp_path_factory):
-    """The runs several tests compare, made once."""
-    root = tmp_path_factory.mktemp("hunyuan")
-    return cached_runs(lambda name, *flags, **options: run_smoke(dancegrpo, root / name, *HY, *flags, **options))
+def runs(target_runs):
+    """The runs several tests compare, made once (shared with the contract suite)."""
+    return target_runs("dancegrpo-hunyuan")
 
 
 def vanilla(runs):
     return runs("vanilla", "--steps", "2", "--record_terms")
 
 
-def test_observe_mode_trains_bit_identically_and_logs_vq_mq_ta(runs):
+def test_observe_mode_logs_vq_mq_ta(runs):
+    """Beyond the contract's observe mode: upstream's reward is VideoAlign's three scores, TA kept."""
     observed = runs("observe", "--steps", "2", "--otca_observe")
-    assert observed.losses == vanilla(runs).losses and observed.grad_norms == vanilla(runs).grad_norms
     assert [r["objectives"] for r in observed.log] == [["upstream.vq", "upstream.mq", "upstream.ta"]] * 2
     for record in observed.log:
-        used = torch.tensor(record["advantages"])
-        assert torch.equal(used, torch.tensor(record["upstream_advantages"])[:, None].expand_as(used))
         assert torch.tensor(record["rewards"])[:, 2].std() > 0  # TA was kept from VideoAlign's call
 
 
@@ -97,13 +94,3 @@ def test_two_ranks_credit_the_best_of_n_samples_in_their_groups(dancegrpo, tmp_p
         rows = 4 * rank + torch.tensor(by_rank[rank]["kept_rows"])
         assert torch.allclose(torch.tensor(by_rank[rank]["advantages"]), credit.advantages[rows, :-1].float(), atol=1e-6)
         assert torch.allclose(torch.tensor(by_rank[rank]["step_weights"]), credit.step_weights[rows].float(), atol=1e-6)
-
-
-def test_a_mutated_upstream_file_stops_otca_and_doctor_reports_it(dancegrpo, tmp_path):
-    _, checked = refused_mutation(
-        dancegrpo, tmp_path, "fastvideo/train_grpo_hunyuan.py", "final_loss = args.vq_coef*vq_loss + args.mq_coef*mq_loss",
-        "final_loss = args.vq_coef*vq_loss + 0.5*args.mq_coef*mq_loss", *HY, failing="one_loss_on_the_step_advantage",
-        stderr=("function train_one_step", "args.vq_coef * vq_loss", "not found, expected exactly 1",
-                "15cc71d53cc2e6e18a68ee607d5fb6ba9a99e344"))
-    assert "FAIL: anchor not found" in checked.stdout and "train_grpo_hunyuan.py: sha256" in checked.stdout
-    assert "differs from the file the spec was verified on" in checked.stdout

@@ -3,7 +3,7 @@ import pytest
 
 from . import test_dancegrpo_qwenimage as qwen  # a module, so its test class is not collected here too
 
-pytestmark = pytest.mark.upstream
+pytestmark = [pytest.mark.upstream, pytest.mark.xdist_group("dancegrpo-qwenimage-edit")]  # with its contract tests
 
 
 class TestQwenImageEdit(qwen.TestQwenImage):

@@ -9,7 +9,7 @@ from otca_patch.smoke.dancegrpo_sd import PROMPTS
 
 from .image_trainer_checks import ImageTrainerChecks
 
-pytestmark = pytest.mark.upstream
+pytestmark = [pytest.mark.upstream, pytest.mark.xdist_group("dancegrpo-sd")]  # with its contract tests
 
 #: the seed of upstream's DistributedSampler over ./assets/prompts.txt (train_grpo_sd.py)
 SAMPLER_SEED = 123543

@@ -10,7 +10,7 @@ from otca_patch.credit import CreditConfig, credit_from_progress
 
 from otca_patch.smoke.dancegrpo_wan22 import Sizes, upstream_args
 
-from .conftest import cached_runs, ppo_terms, refused_mutation, run_smoke
+from .conftest import assert_ranks_get_the_gathered_credit, cached_runs, ppo_terms, refused_mutation, run_smoke
 
 pytestmark = pytest.mark.upstream
 
@@ -111,14 +111,7 @@ def test_two_ranks_equal_one_process(dancegrpo, tmp_path):
     run = run_smoke(dancegrpo, tmp_path / "two", *WAN22, "--steps", "1", "--otca", "--otca_sync_grads", nproc=2)
     weights = [json.loads((run.out / f"weights_rank{rank}.json").read_text()) for rank in (0, 1)]
     assert weights[0] == pytest.approx(weights[1], rel=1e-9, abs=1e-9)
-    by_rank = {r["rank"]: r for r in run.log}
-    gathered = {key: torch.cat([torch.tensor(by_rank[rank][key]) for rank in (0, 1)])
-                for key in ("rewards", "delta_s", "group_ids")}
-    credit = credit_from_progress(gathered["rewards"], gathered["delta_s"], gathered["group_ids"],
-                                  CreditConfig(**by_rank[0]["config"]))
-    for rank in (0, 1):
-        rows = slice(4 * rank, 4 * rank + 4)
-        assert torch.allclose(torch.tensor(by_rank[rank]["advantages"]), credit.advantages[rows, :-1], atol=1e-6)
+    assert_ranks_get_the_gathered_credit(run)
     assert all(not math.isnan(v) and v > 0 for v in run.result["expert_update_norms"].values())
 
 

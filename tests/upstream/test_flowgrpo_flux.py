@@ -4,12 +4,11 @@
 steps, T = 3 trained in order) on upstream's jpeg_compressibility with weight 2; 2 prompts x 4 images."""
 import pytest
 
-from .flowgrpo_trainer_checks import FlowTrainerChecks, flow_grpo_newer  # noqa: F401 (fixture)
+from .flowgrpo_trainer_checks import FlowTrainerChecks
 
-pytestmark = pytest.mark.upstream
+pytestmark = [pytest.mark.upstream, pytest.mark.xdist_group("flowgrpo-flux")]  # with its contract tests
 
 
 class TestFlowGrpoFlux(FlowTrainerChecks):
     target = "flowgrpo-flux"
     upstream_file = "scripts/train_flux.py"
-    model_env = "OTCA_TINY_FLUX_DIR"

@@ -7,15 +7,14 @@ column is the window step the sampler ran with noise."""
 import pytest
 import torch
 
-from .flowgrpo_trainer_checks import FlowTrainerChecks, flow_grpo_newer  # noqa: F401 (fixture)
+from .flowgrpo_trainer_checks import FlowTrainerChecks
 
-pytestmark = pytest.mark.upstream
+pytestmark = [pytest.mark.upstream, pytest.mark.xdist_group("flowgrpo-flux-fast")]  # with its contract tests
 
 
 class TestFlowGrpoFluxFast(FlowTrainerChecks):
     target = "flowgrpo-flux-fast"
     upstream_file = "scripts/train_flux_fast.py"
-    model_env = "OTCA_TINY_FLUX_DIR"
     window = 2
 
     def test_windows_move_between_batches(self, runs):

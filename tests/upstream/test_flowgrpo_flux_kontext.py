@@ -4,12 +4,11 @@ of a tiny FLUX-Kontext conditioned on an input image per prompt (4 samples per p
 steps, T = 3 trained in order), upstream's jpeg_compressibility x 2; 2 prompts (each with its image) x 4."""
 import pytest
 
-from .flowgrpo_trainer_checks import FlowTrainerChecks, flow_grpo_newer  # noqa: F401 (fixture)
+from .flowgrpo_trainer_checks import FlowTrainerChecks
 
-pytestmark = pytest.mark.upstream
+pytestmark = [pytest.mark.upstream, pytest.mark.xdist_group("flowgrpo-flux-kontext")]  # with its contract tests
 
 
 class TestFlowGrpoFluxKontext(FlowTrainerChecks):
     target = "flowgrpo-flux-kontext"
     upstream_file = "scripts/train_flux_kontext.py"
-    model_env = "OTCA_TINY_FLUX_KONTEXT_DIR"

@@ -8,42 +8,20 @@ Qwen-Image's text encoder is Qwen2.5-VL: transformers 4.49 or later, in this env
 folder ``$OTCA_QWEN_TRANSFORMERS`` (default ``.venv/qwen-transformers``, which scripts/setup.sh fills with
 ``pip install --target DIR --no-deps transformers==4.51.3 'tokenizers>=0.21,<0.22'``), imported
 first by the smoke processes only."""
-import importlib.util
-import os
-
 import pytest
 
-import upstream_snapshots as snapshots
+from .flowgrpo_trainer_checks import FlowTrainerChecks
 
-from .conftest import REPO
-from .flowgrpo_trainer_checks import FlowTrainerChecks, flow_grpo_newer  # noqa: F401 (fixture)
-
-pytestmark = pytest.mark.upstream
-OVERLAY = "OTCA_QWEN_TRANSFORMERS"
-
-
-def qwen_transformers() -> list:
-    """The folder to import a Qwen2.5-VL transformers from ([] when this environment has one)."""
-    if importlib.util.find_spec("transformers.models.qwen2_5_vl") is not None:
-        return []
-    folder = os.environ.get(OVERLAY) or str(REPO / ".venv" / "qwen-transformers")
-    if folder and os.path.isdir(os.path.join(folder, "transformers", "models", "qwen2_5_vl")):
-        return [folder]
-    snapshots.missing(f"Qwen-Image needs transformers with Qwen2.5-VL (4.49+): this environment's is older and "
-                      f"neither ${OVERLAY} nor .venv/qwen-transformers holds one (scripts/setup.sh installs it)")
+pytestmark = [pytest.mark.upstream, pytest.mark.xdist_group("flowgrpo-qwenimage")]  # with its contract tests
 
 
 class QwenImageChecks(FlowTrainerChecks):
-    """The Qwen-Image trainers (Qwen-Image, Qwen-Image-Edit): torchrun, an SDE window of 2, a Qwen2.5-VL transformers."""
+    """The Qwen-Image trainers (Qwen-Image, Qwen-Image-Edit): an SDE window of 2 (launched under torchrun,
+    with a Qwen2.5-VL transformers: contract.py's launcher)."""
 
-    launcher = "torchrun"
     window = 2
-
-    def python_path(self) -> list:
-        return qwen_transformers()
 
 
 class TestFlowGrpoQwenImage(QwenImageChecks):
     target = "flowgrpo-qwenimage"
     upstream_file = "scripts/train_qwenimage.py"
-    model_env = "OTCA_TINY_QWENIMAGE_DIR"

@@ -4,16 +4,14 @@
 image per prompt (the 1024 x 1024 condition image upstream hard-codes is 8 x 8 packed latents through
 the tiny 64x VAE): 4 sampling steps, an SDE window of 2 per process (the sampler seeds its draw with
 the rank), 4 samples per process, 2 prompts (each with its image) x 4, upstream's jpeg_compressibility x 2.
-Needs a Qwen2.5-VL transformers as Qwen-Image's test (``qwen_transformers``)."""
+Needs a Qwen2.5-VL transformers as Qwen-Image's (contract.py's ``qwen_transformers``)."""
 import pytest
 
-from .flowgrpo_trainer_checks import flow_grpo_newer  # noqa: F401 (fixture)
 from .test_flowgrpo_qwenimage import QwenImageChecks
 
-pytestmark = pytest.mark.upstream
+pytestmark = [pytest.mark.upstream, pytest.mark.xdist_group("flowgrpo-qwenimage-edit")]  # with its contract tests
 
 
 class TestFlowGrpoQwenImageEdit(QwenImageChecks):
     target = "flowgrpo-qwenimage-edit"
     upstream_file = "scripts/train_qwenimage_edit.py"
-    model_env = "OTCA_TINY_QWENIMAGE_EDIT_DIR"

@@ -14,9 +14,9 @@ import torch
 
 from otca_patch.credit import CreditConfig, credit_from_progress
 
-from .conftest import REPO, accelerate_launch, cached_runs, run_flowgrpo_smoke, with_startup_hook
+from .conftest import REPO, accelerate_launch, assert_flags_in_the_environment_reach_the_layer, run_flowgrpo_smoke
 
-pytestmark = pytest.mark.upstream
+pytestmark = [pytest.mark.upstream, pytest.mark.xdist_group("flowgrpo-sd3")]  # with its contract tests
 
 #: FlowGRPO's own normalisation: numpy's population std plus 1e-4
 UPSTREAM_NORMALISATION = ["--otca_std_correction", "0", "--otca_adv_eps", "1e-4"]
@@ -29,39 +29,19 @@ def tiny_sd3(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def runs(flow_grpo, tiny_sd3, tmp_path_factory):
-    """The runs several tests compare, made once."""
-    root = tmp_path_factory.mktemp("flowgrpo")
-    return cached_runs(lambda name, *flags, env=None, **options: run_flowgrpo_smoke(
-        flow_grpo, root / name, *flags, env={**tiny_sd3, **(env or {})}, **options))
+def runs(target_runs):
+    """The runs several tests compare, made once (shared with the contract suite)."""
+    return target_runs("flowgrpo-sd3")
 
 
 def tensor(record, key, dtype=None):
     return torch.tensor(record[key], dtype=dtype)
 
 
-def test_vanilla_parity_with_the_layer_present_but_not_asked_for(runs):
-    """The smoke run takes its flags as a launched process does ($OTCA_PATCH_ARGS, with the startup
-    hook on the path): without --otca the upstream file runs untouched; the same environment with
-    --otca rewrites it (the control: these flags do reach the layer)."""
+def test_flags_in_the_environment_reach_the_layer(runs):
     vanilla = runs("vanilla")
-    present = runs("present", env=with_startup_hook("--otca_mode tcd"))
     assert len(vanilla.result["losses"]) == 2 * 3  # 2 epochs x 3 trained steps, one batch each
-    assert present.trained == vanilla.trained
-    assert not present.log
-    asked = runs("asked", env=with_startup_hook("--otca --otca_mode tcd"))
-    assert [r["mode"] for r in asked.log] == ["tcd", "tcd"]
-    assert asked.trained != vanilla.trained
-
-
-def test_observe_mode_trains_bit_identically_and_logs_the_credit(runs):
-    vanilla = runs("vanilla")
-    observed = runs("observe", "--otca_observe")
-    assert observed.trained == vanilla.trained
-    assert [(r["step"], r["objectives"]) for r in observed.log] == [(1, ["jpeg_compressibility", "clip_t"]),
-                                                                    (2, ["jpeg_compressibility", "clip_t"])]
-    for record in observed.log:
-        assert torch.equal(tensor(record, "advantages"), tensor(record, "upstream_advantages"))
+    assert_flags_in_the_environment_reach_the_layer(runs, vanilla, trained=lambda run: run.trained)
 
 
 def test_sum_mode_over_upstreams_reward_weights_reproduces_upstreams_advantages(runs):
@@ -163,10 +143,10 @@ def _mutated_copy(flow_grpo: Path, tmp_path: Path) -> Path:
     return copy
 
 
-@pytest.mark.parametrize("nproc", [1, 2])
-def test_a_mutated_upstream_file_stops_otca_and_doctor_reports_it(flow_grpo, tiny_sd3, tmp_path, nproc):
+def test_a_mutated_upstream_file_stops_otca_on_two_processes_and_doctor_reports_it(flow_grpo, tiny_sd3, tmp_path):
+    """The contract's mutated copy (test_contract.py) on one process; here on two, each refusing."""
     copy = _mutated_copy(flow_grpo, tmp_path)
-    run = run_flowgrpo_smoke(copy, tmp_path / "out", "--otca", nproc=nproc, env=tiny_sd3, check=False)
+    run = run_flowgrpo_smoke(copy, tmp_path / "out", "--otca", nproc=2, env=tiny_sd3, check=False)
     assert run.completed.returncode != 0 and run.result is None and not run.log
     for part in ("scripts/train_sd3.py", "function main", "samples = {k: v[mask] for k, v in samples.items()}",
                  "not found, expected exactly 1", "ac4c86e8cae021841f1fde853d340e0db67690dd"):
@@ -177,13 +157,6 @@ def test_a_mutated_upstream_file_stops_otca_and_doctor_reports_it(flow_grpo, tin
     assert "record_kept_samples" in doctor.stdout and "FAIL: anchor not found, expected exactly 1" in doctor.stdout
     assert "differs from the file the spec was verified on" in doctor.stdout
 
-
-def test_doctor_passes_on_the_pinned_checkout(flow_grpo):
-    doctor = subprocess.run([sys.executable, "-m", "otca_patch.cli", "doctor", str(flow_grpo)], capture_output=True,
-                            text=True, timeout=120)
-    assert doctor.returncode == 0, doctor.stdout + doctor.stderr
-    assert "flowgrpo-sd3: scripts/train_sd3.py" in doctor.stdout
-    assert "identical to the file the spec was verified on" in doctor.stdout
 
 
 # ---- the real launch: scripts/otca_run.sh -- accelerate launch ... scripts/train_sd3.py --config ...

@@ -5,12 +5,7 @@ import pytest
 
 from .flowgrpo_checks import FlowGrpoChecks
 
-pytestmark = pytest.mark.upstream
-
-
-@pytest.fixture(scope="module")
-def checkout(flow_grpo_9745241):
-    return flow_grpo_9745241
+pytestmark = [pytest.mark.upstream, pytest.mark.xdist_group("flowgrpo-sd3-fast")]  # with its contract tests
 
 
 class TestSd3Fast(FlowGrpoChecks):

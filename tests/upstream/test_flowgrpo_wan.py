@@ -10,16 +10,15 @@ in that shape (column j is step j), and the loop trains the first T columns. The
 import pytest
 import torch
 
-from .flowgrpo_trainer_checks import FlowTrainerChecks, flow_grpo_newer  # noqa: F401 (fixture)
+from .flowgrpo_trainer_checks import FlowTrainerChecks
 
-pytestmark = pytest.mark.upstream
+pytestmark = [pytest.mark.upstream, pytest.mark.xdist_group("flowgrpo-wan2-1")]  # with its contract tests
 VIDEO_FRAMES = 4  # --otca_video_frames' default
 
 
 class TestFlowGrpoWan(FlowTrainerChecks):
     target = "flowgrpo-wan2-1"
     upstream_file = "scripts/train_wan2_1.py"
-    model_env = "OTCA_TINY_WAN_DIR"
     upstream_reward = "video_ocr"
 
     def trained_steps(self, trajectory: torch.Tensor, noise_levels: torch.Tensor) -> torch.Tensor:

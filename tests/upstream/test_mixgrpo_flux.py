@@ -15,10 +15,11 @@ from otca_patch.credit import CreditConfig, credit_from_progress
 from otca_patch.hooks.spec import load_spec
 from otca_patch.smoke.mixgrpo_flux import Sizes, upstream_args
 
-from .conftest import REPO, cached_runs, doctor, ppo_terms, refused_mutation, run_smoke, with_startup_hook
+from .conftest import REPO, doctor, ppo_terms, refused_mutation
+from .contract import dancegrpo_runner, trainer_spec
 from .image_trainer_checks import progress_from_latents
 
-pytestmark = pytest.mark.upstream
+pytestmark = [pytest.mark.upstream, pytest.mark.xdist_group("mixgrpo-flux")]  # with its contract tests
 
 PROBE = f"{Path(__file__).with_name('mixgrpo_probe.py')}:MixRecorder"
 #: the models MixGRPO's main builds for --reward_model multi_reward, in its order
@@ -29,16 +30,14 @@ WEIGHTED = ["--hps_weight", "2", "--unified_reward_weight", "0.5"]  # normalised
 MIX_ARGS = upstream_args(Sizes())
 
 
-def smoke(upstream, out, *flags, env=None, **options):
-    flags = [part for flag in flags for part in (["--probe", PROBE] if flag == "--record_terms" else [flag])]
-    return run_smoke(upstream, out, "--target", "mixgrpo-flux", *flags, env={"OMP_NUM_THREADS": "1", **(env or {})},
-                     **options)
+#: a run outside the shared ones, launched as the contract suite launches this target's
+smoke = dancegrpo_runner(trainer_spec("mixgrpo-flux"), PROBE)
 
 
 @pytest.fixture(scope="module")
-def runs(mixgrpo, tmp_path_factory):
-    root = tmp_path_factory.mktemp("mixgrpo")
-    return cached_runs(lambda name, *flags, **options: smoke(mixgrpo, root / name, *flags, **options))
+def runs(target_runs):
+    """The runs several tests compare, made once (shared with the contract suite)."""
+    return target_runs("mixgrpo-flux")
 
 
 def vanilla(runs):
@@ -115,18 +114,16 @@ def test_a_copy_that_neither_spec_holds_on_is_refused_before_the_rollout_naming_
     assert "FAIL: anchor not found, expected exactly 1" in checked.stdout.split("mixgrpo-flux: ")[1]
 
 
-def test_vanilla_parity_with_the_layer_present_but_not_asked_for(runs):
-    plain = vanilla(runs)
-    present = runs("present", env=with_startup_hook("--otca_mode tcd"))
-    assert present.losses == plain.losses and present.grad_norms == plain.grad_norms
-    assert not (present.out / "run_log.jsonl").exists()
+
+def test_observe_mode_logs_each_reward_model_of_upstream(runs):
+    """Beyond the contract's observe mode (the 'part' strategy): upstream's reward is its models' rewards."""
+    observed = runs("observe", "--otca_observe")
+    assert [r["objectives"] for r in observed.log] == [OBJECTIVES] * 2
 
 
-@pytest.mark.parametrize("strategy", ["part", "all"])
-def test_observe_mode_trains_bit_identically_and_logs_the_credit(runs, strategy):
-    flags = ("--training_strategy", strategy)
-    plain = vanilla(runs) if strategy == "part" else runs("vanilla-all", *flags)
-    observed = runs(f"observe-{strategy}", *flags, "--otca_observe")
+def test_observe_mode_with_the_all_strategy_trains_bit_identically_and_logs_the_credit(runs):
+    flags = ("--training_strategy", "all")
+    plain, observed = runs("vanilla-all", *flags), runs("observe-all", *flags, "--otca_observe")
     assert observed.losses == plain.losses and observed.grad_norms == plain.grad_norms
     assert [r["objectives"] for r in observed.log] == [OBJECTIVES] * 2
     assert all(r["spec"]["target"] == "mixgrpo-flux" and r["spec"]["upstream"] == "MixGRPO" for r in observed.log)
