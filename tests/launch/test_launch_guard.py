@@ -373,35 +373,43 @@ EXEC_PROBE = textwrap.dedent('''\
     spec = importlib.util.spec_from_file_location("hook", sys.argv[1])
     hook = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(hook)  # no $OTCA_PATCH_ARGS: it checks nothing in
+    program = hook._program()
     fork = os.fork()
     if fork == 0:
         time.sleep(60)
         os._exit(0)
-    print(hook._program(), fork, flush=True)
+    print(program, fork, flush=True)
     sys.stdin.readline()
     os.execv(sys.executable, [sys.executable, "-c", "import time; time.sleep(60)"])
 ''')
 
 
-def test_the_watch_reads_the_program_digest_the_hook_writes_a_fork_keeps_it_and_an_exec_changes_it():
+@pytest.mark.parametrize("layout", ["randomised", "fixed"])
+def test_the_program_token_the_hook_writes_is_held_by_a_fork_and_closed_by_an_exec(layout):
+    """An exec in place is seen whatever the address layout: under ``setarch -R`` (no address
+    randomisation) as well, the exec'd program lacks the token."""
     sys.path.insert(0, str(REPO))
     from otca_patch.launch import watch
 
+    prefix = ["setarch", os.uname().machine, "-R"] if layout == "fixed" else []
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTCA_PATCH_")}
-    probe = subprocess.Popen([sys.executable, "-c", EXEC_PROBE, str(REPO / "otca_patch/launch/startup/sitecustomize.py")],
+    probe = subprocess.Popen([*prefix, sys.executable, "-c", EXEC_PROBE, str(REPO / "otca_patch/launch/startup/sitecustomize.py")],
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
     fork = None
     try:
         written, fork = probe.stdout.readline().split()
-        assert written and watch.program(probe.pid) == written
-        assert watch.program(int(fork)) == written, "a fork runs the same program"
+        assert re.fullmatch(r"\d+:otca-checkin-[0-9a-f]{12}", written), written
+        assert watch.holds(probe.pid, written)
+        assert watch.holds(int(fork), written), "a fork runs the same program"
+        assert watch.held_tokens(int(fork)) == {written.partition(":")[2]}
         probe.stdin.write("\n")
         probe.stdin.flush()
         for _ in range(600):  # a hang guard: until the exec has happened
             if watch.command_line(probe.pid)[-1:] == ["import time; time.sleep(60)"]:
                 break
             time.sleep(0.1)
-        assert watch.program(probe.pid) not in ("", written), "an exec in place is a new program"
+        assert not watch.holds(probe.pid, written), "an exec in place closes the token"
+        assert watch.held_tokens(probe.pid) == set()
         assert watch.stat(probe.pid)[0] != "Z"
     finally:
         probe.kill()
