@@ -15,8 +15,8 @@ from .target_options import TargetOptions, given_target_flags
 
 FLAG_PREFIX = "--otca"
 #: how --otca_objective_weights addresses objectives (said in every message about their count)
-WEIGHTS_RULE = ("give one weight per objective column once names expand "
-                "(Hunyuan's upstream: upstream.vq,upstream.mq,upstream.ta)")
+WEIGHTS_RULE = ("give one weight per objective column once names expand (a name such as upstream can stand for "
+                "several columns: the launch and each trainer name them)")
 
 
 def _credit_flag(field) -> bool:

@@ -35,6 +35,9 @@ from pathlib import Path
 POLL_S = 0.2
 #: seconds the rest of a stopped launch has to exit after SIGTERM, before SIGKILL
 TERM_WAIT_S = 10.0
+#: the program or ``-m`` module of a trainer or its launcher: while one runs, the training goes on
+TRAINING = {"otca_patch.launch.worker", "torchrun", "torch.distributed.run", "torch.distributed.launch", "accelerate",
+            "deepspeed"}
 TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 PR_SET_CHILD_SUBREAPER = 36
 
@@ -112,6 +115,21 @@ def stat(pid: int) -> tuple[str, int, str, float] | None:
     except (OSError, IndexError):
         return None
     return fields[0].decode(), int(fields[1]), fields[19].decode(), (int(fields[11]) + int(fields[12])) / TICKS
+
+
+def started(pid: int) -> float:
+    """When ``pid`` started, in seconds since boot (infinity once it is gone)."""
+    info = stat(pid)
+    return int(info[2]) / TICKS if info is not None else float("inf")
+
+
+def uptime() -> float:
+    """Seconds since boot: the clock of a process's start time (``stat``, in ``TICKS``)."""
+    try:
+        with open("/proc/uptime", "rb") as handle:
+            return float(handle.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0.0
 
 
 def children(pid: int) -> list[int]:
@@ -247,14 +265,24 @@ def why_unseen(pid: int, startup_dir: Path, record_variable: str) -> str:
 
 
 def shown_command(pid: int, cmdline: list[str] | None = None) -> str:
-    shown = shlex.join(command_line(pid) if cmdline is None else cmdline) or f"pid {pid}"
+    """``pid``'s command line on one line: an argument of several lines (a ``-c`` program) by its
+    first line and "…", the whole cut at 300 characters; ``pid N`` once it cannot be read."""
+    argv = command_line(pid) if cmdline is None else cmdline
+    shown = shlex.join(arg if "\n" not in arg.strip() else arg.strip().split("\n", 1)[0] + " …" for arg in argv)
+    shown = shown or f"pid {pid}"
     return shown if len(shown) <= 300 else shown[:297] + "..."
+
+
+def trains(argv: list[str]) -> bool:
+    """Whether ``argv`` runs a trainer or its launcher (``python -m otca_patch.launch.worker``, ``torchrun``,
+    ``python .../bin/accelerate launch``...), read from its program and first words."""
+    return any(os.path.basename(word) in TRAINING for word in argv[:6])
 
 
 def named(pid: int, cmdline: list[str] | None = None) -> str:
     """``pid N `COMMAND``` (``pid N`` alone once its command line cannot be read)."""
-    shown = shlex.join(command_line(pid) if cmdline is None else cmdline)
-    return f"pid {pid} `{shown_command(pid, cmdline)}`" if shown else f"pid {pid}"
+    argv = command_line(pid) if cmdline is None else cmdline
+    return f"pid {pid} `{shown_command(pid, argv)}`" if argv else f"pid {pid}"
 
 
 class TreeWatch:
@@ -280,6 +308,9 @@ class TreeWatch:
         self.outliving: dict = {}
         #: exit statuses of the processes this subreaper adopted and collected
         self.adopted_status: dict = {}
+        #: whether a targeted trainer has started (its worker wrote ``targeted``), when (seconds since boot)
+        #: a trainer or launcher was last seen running, and the processes stopped for outliving the training
+        self.trained, self.training_seen, self.left_over = False, 0.0, set()
 
     def read_checkins(self) -> None:
         try:
@@ -297,6 +328,8 @@ class TreeWatch:
                 self.checked.setdefault((pid, start), set()).add(program)
                 self.token_names.add(program.partition(":")[2])
                 self.checked_as[(pid, start)] = shown
+            elif kind == "targeted":
+                self.trained = True
 
     def covered(self, pid: int, key: tuple) -> bool:
         """Whether ``pid`` (``key``: its pid and start time) runs a program that checked in: it holds
@@ -316,16 +349,19 @@ class TreeWatch:
 
     def late(self) -> list[int]:
         """Processes that have loaded torch without running a checked-in program."""
-        suspects = []
+        suspects, training = [], False
         for pid in descendants(self.root):
             info = stat(pid)
             if info is None or info[0] == "Z":
                 continue
+            training = training or trains(command_line(pid))
             key = (str(pid), info[2])
             if key in self.checked and self.covered(pid, key):
                 continue  # the common case, one readlink: the maps of a torch process are long
             if loads_torch(pid) and not self.covered(pid, key):
                 suspects.append((pid, key))
+        if training:
+            self.training_seen = uptime()
         if not suspects:
             return []
         self.read_checkins()  # a check-in written before the scan is in the record now
@@ -386,7 +422,7 @@ class TreeWatch:
     def outliving_end(self) -> tuple[str, int]:
         """Once the processes that outlived the top process have ended: a line saying so and the first
         failing status among those this subreaper collected (0 when none failed)."""
-        failed = {pid: code for pid, code in self.adopted_status.items() if code != 0}
+        failed = {pid: code for pid, code in self.adopted_status.items() if code != 0 and pid not in self.left_over}
         status = next(iter(failed.values()), 0)
         shown = "; ".join(f"pid {pid} exited with status {code}" for pid, code in failed.items())
         return (f"the {len(self.outliving)} process{'es' if len(self.outliving) > 1 else ''} that outlived the "
@@ -404,20 +440,46 @@ class TreeWatch:
                 code = os.waitstatus_to_exitcode(status)
                 self.adopted_status[pid] = 128 - code if code < 0 else code
 
+    def training_over(self) -> bool:
+        """Whether the launch's training has ended: a targeted trainer has run, and no trainer or
+        launcher (torchrun, accelerate, deepspeed: one may be between two attempts) still runs."""
+        self.read_checkins()
+        return self.trained and not any(trains(command_line(pid)) for pid in self.running())
+
+    def stop_leftovers(self, child: int) -> str:
+        """Once the training has ended, stop the processes that ran beside it (started before a trainer
+        was last seen running: a server the script started in the background), and what they started;
+        a process started after the training is watched as before. The line naming each once, or ``""``."""
+        left = [pid for pid in self.running() if pid not in self.left_over and started(pid) <= self.training_seen]
+        if not left:
+            return ""
+        shown = [named(pid) for pid in left]
+        for pid in left:
+            self.left_over.update([pid, *descendants(pid)])
+        self.terminate(child, sorted(self.left_over))
+        count = len(left)
+        return (f"the trainers have ended; stopped {count} process{'es' if count > 1 else ''} that ran beside them "
+                f"and still ran: {'; '.join(shown)} (the launch does not wait for a process that outlives its training; "
+                f"its exit status is the training's)")
+
     def stop(self, late: list[int], child: int) -> None:
         """Kill the processes that would train without the layer, terminate the rest of the tree."""
         self.stopped = True
         for pid in late:
             _signal(pid, signal.SIGKILL)
-        for pid in descendants(self.root):
+        self.terminate(child)
+
+    def terminate(self, child: int, pids: list[int] | None = None) -> None:
+        """SIGTERM to ``pids`` (every process below this one), SIGKILL to those left after ``TERM_WAIT_S``."""
+        for pid in descendants(self.root) if pids is None else pids:
             _signal(pid, signal.SIGTERM)
         deadline = time.monotonic() + TERM_WAIT_S
         while time.monotonic() < deadline:
             self.reap_adopted(child)
-            if not self.running():
+            if not set(self.running()) & set(descendants(self.root) if pids is None else pids):
                 return
             time.sleep(POLL_S)
-        for pid in descendants(self.root):
+        for pid in descendants(self.root) if pids is None else pids:
             _signal(pid, signal.SIGKILL)
 
 

@@ -21,20 +21,27 @@ USAGE = "usage: otca-patch run SCRIPT [ARGS ...] [--otca ...]"
 #: the record's line for a process that stopped: ``{"event": "error", ...}``, one JSON line (the
 #: launch relays the first one when it ends; other lines are ``KIND<TAB>SCRIPT...``)
 ERROR_EVENT = "error"
+#: the record's line for a targeted process whose script ran to its end (a restart that succeeded)
+FINISHED_EVENT = "finished"
 
 
-def record_error(message: str, script: str = "") -> None:
-    """Tell the launch why this process stopped (the launch's end names the first such error)."""
+def record_event(event: str, script: str = "", **fields) -> None:
+    """One JSON line in the launch record: what this process (host, rank, pid) ended with."""
     record = os.environ.get(env_names.RECORD)
     if not record:
         return
-    line = json.dumps({"event": ERROR_EVENT, "pid": os.getpid(), "host": socket.gethostname(),
-                       "rank": os.environ.get("RANK"), "script": script, "message": message})
+    line = json.dumps({"event": event, "pid": os.getpid(), "host": socket.gethostname(),
+                       "rank": os.environ.get("RANK"), "script": script, **fields})
     try:
         with open(record, "a") as handle:  # one write of one line: atomic with O_APPEND
             handle.write(line + "\n")
     except OSError:
         pass  # the record only serves the launch's summary; the error itself is printed
+
+
+def record_error(message: str, script: str = "", status: int | None = None) -> None:
+    """Tell the launch why this process stopped (the launch's end names the first such error)."""
+    record_event(ERROR_EVENT, script, message=message, **({"status": status} if status is not None else {}))
 
 
 def record_targeted(script: str, spec) -> None:
@@ -119,11 +126,14 @@ def main(argv=None, command: str | None = None) -> int:
         return 2
     except SystemExit as exc:
         if exc.code not in (None, 0):
-            record_error(f"exited with status {exc.code}", script)
+            record_error(f"exited with status {exc.code}", script, exc.code if isinstance(exc.code, int) else 1)
+        else:
+            record_event(FINISHED_EVENT, script)
         raise
     except Exception as exc:  # the trainer's own failure (or the credit's refusal): its traceback follows
         record_error(f"{type(exc).__name__}: {exc}", script)
         raise
+    record_event(FINISHED_EVENT, script)
     return 0
 
 

@@ -184,7 +184,9 @@ def _what_runs():
             return f"-m {module}", (_module_file(module) if module != WORKER_MODULE else None), module, options
     if script == "-c":
         orig = getattr(sys, "orig_argv", None) or ["python", "-c", ""]
-        return f"python -c {orig[-len(sys.argv)][:60]!r}", None, None, None
+        program = orig[-len(sys.argv)].strip()
+        first = program.split("\n", 1)[0]
+        return f"python -c '{first[:60]}{' …' if len(first) > 60 or first != program else ''}'", None, None, None
     return script or "python", None, None, None
 
 
