@@ -31,6 +31,8 @@ import signal
 import time
 from pathlib import Path
 
+from . import record
+
 #: seconds between two looks at the process tree
 POLL_S = 0.2
 #: seconds the rest of a stopped launch has to exit after SIGTERM, before SIGKILL
@@ -322,13 +324,13 @@ class TreeWatch:
         complete = chunk[:chunk.rfind(b"\n") + 1]  # a line still being written is read next time
         self.offset += len(complete)
         for line in complete.decode(errors="replace").splitlines():
-            kind, _, rest = line.partition("\t")
-            if kind == "checkin":
-                pid, start, program, shown = (rest.split("\t") + ["", "", ""])[:4]
+            kind, parts = record.fields(line)
+            if kind == record.CHECKIN:
+                pid, start, program, shown = (parts + ["", "", ""])[:4]
                 self.checked.setdefault((pid, start), set()).add(program)
                 self.token_names.add(program.partition(":")[2])
                 self.checked_as[(pid, start)] = shown
-            elif kind == "targeted":
+            elif kind == record.TARGETED:
                 self.trained = True
 
     def covered(self, pid: int, key: tuple) -> bool:

@@ -15,12 +15,14 @@ weights against the launched trainer's objectives, target-only flags, the log fo
 points of every targeted file the launch names (and of every ``--otca_target`` file) are checked; a
 launched script that is no target gets doctor's verdict on it (``hooks.coverage.classify``). While it
 runs, nothing trains without the layer (docs/launch-guard.md): a Python process that never checks
-in with the launch (``python -I``, ``-E``, ``-S``, ``env -i``) stops the launch within seconds; in a
+in with the launch (``python -I``, ``-E``, ``-S``, ``env -i``) stops the launch once it loads torch; in a
 process the layer did not patch, the first optimizer step raises, with doctor's verdict on the code;
 a copy of a targeted trainer stops at start, with the same verdict. Forks of a process that checked in
 (DataLoader workers) are the launch's own; an exec in place must check in anew. The launch lasts until
 the last process it started has ended: one still running when the script has ended is named, and
-stopped if it never checks in. ``-m`` launches are patched like path launches. When the launch ends without any
+stopped if it loads torch without checking in; once the trainers have ended, what ran beside them (a
+server left in the background) is named and stopped. A restart that succeeded ends 0 with a note; a
+failure the script ignored ends with that process's status. ``-m`` launches are patched like path launches. When the launch ends without any
 process having run a targeted file, the launch fails and names the Python scripts that did run.
 """
 from __future__ import annotations
@@ -50,7 +52,7 @@ from ..hooks.spec import TargetSpec, load_specs
 from ..runlog import LOG_NAME
 from . import reach, watch
 from .wandb_note import panels_note
-from .worker import ERROR_EVENT, FINISHED_EVENT
+from .record import failures, read_events, read_scripts
 
 PROG = "otca-patch launch"
 STARTUP_DIR = Path(__file__).resolve().parent / "startup"
@@ -304,57 +306,6 @@ def script_is_folder(folder: Path) -> str:
     return f"{folder} is a folder, not a launch script; {give}"
 
 
-def read_record(path: Path) -> tuple[list[str], list[str]]:
-    """(targeted scripts that started, other scripts that ran), each once, in order."""
-    targeted, ran = {}, {}
-    try:
-        lines = path.read_text(errors="replace").splitlines()
-    except OSError:
-        lines = []
-    for line in lines:
-        if line.startswith("{"):  # an event (worker.record_error), not a script line
-            continue
-        kind, _, rest = line.partition("\t")
-        if kind in ("targeted", "ran"):
-            (targeted if kind == "targeted" else ran)[rest.split("\t")[0]] = None
-    return list(targeted), [s for s in ran if s not in targeted]
-
-
-def read_events(path: Path) -> list[dict]:
-    """The events the launch's processes reported (``worker.record_event``: errors, finished trainers), in order."""
-    import json
-
-    try:
-        lines = path.read_text(errors="replace").splitlines()
-    except OSError:
-        return []
-    events = []
-    for line in lines:
-        if line.startswith("{"):
-            try:
-                event = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(event, dict) and event.get("event") in (ERROR_EVENT, FINISHED_EVENT):
-                events.append(event)
-    return events
-
-
-def failures(events: list[dict]) -> tuple[list[dict], list[dict]]:
-    """``(errors that stand, errors a restart undid)``: an error is undone when the same script on the
-    same host and rank later ran to its end (torchrun's ``--max_restarts``)."""
-    slot = lambda event: (event.get("host"), event.get("rank"), event.get("script"))  # noqa: E731
-    finished_after = {}
-    for at, event in enumerate(events):
-        if event.get("event") == FINISHED_EVENT:
-            finished_after[slot(event)] = at
-    standing, undone = [], []
-    for at, event in enumerate(events):
-        if event.get("event") == ERROR_EVENT:
-            (undone if finished_after.get(slot(event), -1) > at else standing).append(event)
-    return standing, undone
-
-
 def failure_message(event: dict) -> str:
     """The end of a failed launch: which process stopped first, and why."""
     return f"the launch failed; the first error a process reported {reported(event)}"
@@ -559,7 +510,7 @@ def main(argv=None) -> int:
     tree = watch.TreeWatch(record, STARTUP_DIR, env_names.RECORD) if watch.available() else None
     try:
         code = run_and_wait(launch.command, env, tree)
-        targeted, ran = read_record(record)
+        targeted, ran = read_scripts(record)
         events = read_events(record)
     finally:
         record.unlink(missing_ok=True)

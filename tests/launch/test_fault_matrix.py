@@ -12,7 +12,9 @@ the layer was installed) and its expected outcome:
   updates its weights without a ``torch.optim`` optimizer trains without the layer.
 
 A row's ``says`` are parts of the launch's output; ``status`` its exit status. So that no later
-change moves one of these forms quietly, a form is added here, not in a test of its own."""
+change moves one of these forms quietly, a form is added here, not in a test of its own. Each row
+costs about 4 s of CPU (torch's import in each process that trains): the rows left unmarked, one per
+mechanism, cost under a minute; the others are marked slow."""
 import os
 import re
 import sys
@@ -145,20 +147,20 @@ FORMS = {
     # how the target is launched
     "path": Form(T, "patched"),
     "-m": Form("python -m trainer.train --out steps", "patched"),
-    "torchrun": Form(f"torchrun --nproc_per_node 1 --master_port {PORT + 10} trainer/train.py --out steps", "patched"),
-    "torchrun -m": Form(f"torchrun --nproc_per_node 1 --master_port {PORT + 11} -m trainer.train --out steps", "patched"),
+    "torchrun": Form(f"torchrun --nproc_per_node 1 --master_port {PORT + 10} trainer/train.py --out steps", "patched", marks=SLOW),
+    "torchrun -m": Form(f"torchrun --nproc_per_node 1 --master_port {PORT + 11} -m trainer.train --out steps", "patched", marks=SLOW),
     "accelerate -m": Form("accelerate launch --cpu --num_processes 1 --num_machines 1 --mixed_precision no "
                           "--dynamo_backend no -m trainer.train --out steps", "patched", marks=SLOW),
     # what the trainer starts
     **{f"DataLoader workers, {name}": Form(T, "patched", setup=f"loader {name}",
                                            marks=() if name == "fork" else SLOW)
        for name in ("fork", "fork persistent", "spawn", "forkserver", "spawn persistent")},
-    "process and thread pools": Form(T, "patched", setup="pools"),
+    "process and thread pools": Form(T, "patched", setup="pools", marks=SLOW),
     "wandb offline": Form(T, "patched", setup="wandb offline", marks=SLOW),
     # how the script starts it
-    "nohup in the background": Form(f"nohup {T} > /dev/null 2>&1 &", "patched"),
-    "setsid": Form(f"setsid {T}", "patched"),
-    "double fork": Form(f"( {T} & )", "patched"),
+    "nohup in the background": Form(f"nohup {T} > /dev/null 2>&1 &", "patched", marks=SLOW),
+    "setsid": Form(f"setsid {T}", "patched", marks=SLOW),
+    "double fork": Form(f"( {T} & )", "patched", marks=SLOW),
     # set-up steps before training: Pythons that never check in and never load torch
     "python -m venv (ensurepip)": Form(f"python -m venv made\n{T}", "patched", marks=SLOW),
     "pip 23 install -e of a setup.py project that burns CPU": Form(
@@ -181,20 +183,20 @@ FORMS = {
                                     "failure, so the launch ends with status 3",), status=3, setup="exits 3"),
     # Pythons the start-up hook never reaches, running the target: the watch stops each once it loads torch
     "-I": Form(f"python -I {TT}", "stopped", ("started with -I",)),
-    "-E": Form(f"python -E {TT}", "stopped", ("started with -E",)),
+    "-E": Form(f"python -E {TT}", "stopped", ("started with -E",), marks=SLOW),
     "-S": Form(f'PYTHONPATH="$PYTHONPATH:{os.pathsep.join(p for p in sys.path if p.endswith("site-packages"))}" '
-               f"python -S {TT}", "stopped", ("started with -S",)),
+               f"python -S {TT}", "stopped", ("started with -S",), marks=SLOW),
     "env -i": Form(f"env -i PATH=/usr/bin:/bin {sys.executable} {TT}", "stopped", ("does not carry the start-up hook",)),
     "PYTHONPATH replaced": Form(f"{PYTHONPATH_REPLACED} python {TT}", "stopped", ("does not carry the start-up hook",)),
     "a renamed interpreter (venv --copies)": Form(f"made/bin/trainer -I {TT}", "stopped",
                                                   ("`made/bin/trainer -I trainer/train.py", "started with -I"),
                                                   setup="renamed interpreter"),
-    "exec in place": Form(EXEC_I, "stopped", ("then replaced its program in place (exec) with",)),
+    "exec in place": Form(EXEC_I, "stopped", ("then replaced its program in place (exec) with",), marks=SLOW),
     "exec in place, address layout fixed": Form(f"setarch $(uname -m) -R {EXEC_I}", "stopped",
                                                 ("then replaced its program in place (exec) with",)),
     "perl exec": Form("perl -e 'exec \"python\", \"-I\", \"trainer/train.py\", \"--out\", \"steps\"'", "stopped",
-                      ("started with -I",)),
-    "bash exec": Form(f"bash -c 'exec python -I {TT}'", "stopped", ("started with -I",)),
+                      ("started with -I",), marks=SLOW),
+    "bash exec": Form(f"bash -c 'exec python -I {TT}'", "stopped", ("started with -I",), marks=SLOW),
     "a late detached start": Form(f"nohup setsid env PYTHONPATH=/nowhere python {TT} > /dev/null 2>&1 &", "stopped",
                                   ("PYTHONPATH=/nowhere", "still running after the launch's top process had ended")),
     # Pythons that check in but run no target: the step guard stops the first step
@@ -205,10 +207,10 @@ FORMS = {
         ("-m trainer.train_variant (pid", "it needs a spec of its own, not --otca_target"), marks=SLOW),
     "a derivative run by python -c": Form(
         "v=variant; python -c \"import runpy, sys; sys.argv = ['x', '--out', 'steps']; "
-        "runpy.run_path('trainer/train_$v.py', run_name='__main__')\"", "stopped", ("python -c", "without the layer")),
+        "runpy.run_path('trainer/train_$v.py', run_name='__main__')\"", "stopped", ("python -c", "without the layer"), marks=SLOW),
     "a DPO trainer": Form(f"v=sd3_dpo; python trainer/train_$v.py --out steps", "stopped",
-                          ("not a GRPO trainer: launch it without --otca",)),
-    "a weight update without torch.optim": Form(f"{T}\nv=foreach; python trainer/train_$v.py --out steps", "unguarded"),
+                          ("not a GRPO trainer: launch it without --otca",), marks=SLOW),
+    "a weight update without torch.optim": Form(f"{T}\nv=foreach; python trainer/train_$v.py --out steps", "unguarded", marks=SLOW),
     # servers outside the launch's tree: refused before anything runs
     "a tmux server running before the launch": Form(f"{T}\ntmux -L pre new-window -t pre 'python {V}'", "refused",
                                                     ("hands work to a tmux server",)),

@@ -70,7 +70,7 @@ def _fail(message):
 
 
 def _record_error(message):
-    """The launch relays the first error (the same JSON line as ``launch.worker.record_error``)."""
+    """The launch relays the first error (the same JSON line as ``launch.record.record_error``)."""
     record = os.environ.get(NAMES.RECORD)
     if record:
         import json
