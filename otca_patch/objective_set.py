@@ -157,7 +157,7 @@ def check_weight_count(weights: Optional[Sequence[float]], columns_of: Mapping[s
         expansions = [f"{name} = {','.join(columns)}" for name, columns in columns_of.items() if len(columns) > 1]
         said = f" ({'; '.join(expansions)})" if expansions else ""
         raise ValueError(f"--otca_objective_weights: {len(weights)} weights for {len(names)} objective columns "
-                         f"{','.join(names)}{said}; give one weight per column, in this order (for example "
+                         f"{','.join(names)}{said}; give one weight per objective column, in this order (for example "
                          f"--otca_objective_weights {','.join(['1'] * len(names))})")
 
 
