@@ -100,15 +100,15 @@ def unreachable(launch_script: Path | None, workdir: Path, text: str, specs: lis
                    f"so no process would train with the layer")
         return problem + "; " + _run_from_checkout(holding or nearby, launch_script, config)
     entries = reach.python_entry_list(text, workdir)
-    missing = next((entry for entry in entries if entry.path is not None and entry.module is None
-                    and not entry.path.exists()), None)
-    if missing is not None:  # before doctor's verdicts: the trainer the user meant is not there at all
-        return (f"{what} runs {missing.token}, which does not exist ({shown_path(missing.path)} from {workdir}), so no "
-                f"process would train with the layer; correct the path (`otca-patch doctor .` lists the trainer files "
-                f"here)")
     verdict = _verdict_on(entries, workdir, specs)
     if verdict:  # a script doctor has a verdict on, in a checkout of an upstream or of another project
         return verdict
+    missing = next((entry for entry in entries if entry.path is not None and entry.module is None
+                    and "train" in entry.path.name and not entry.path.exists()), None)
+    if missing is not None:  # a trainer file the script names is not there at all (a config file may be built)
+        return (f"{what} runs {missing.token}, which does not exist ({shown_path(missing.path)} from {workdir}), so no "
+                f"process would train with the layer; correct the path (`otca-patch doctor .` lists the trainer files "
+                f"here)")
     if here:  # run from a checkout, but the script runs none of its targets
         runs = f"it runs {reach.shown_files(literal)}" if literal else "it names no Python script or module"
         return (f"{what} runs no trainer the layer targets ({runs}), so --otca would change nothing; targeted "
