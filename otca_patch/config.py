@@ -15,8 +15,7 @@ from .target_options import TargetOptions, given_target_flags
 
 FLAG_PREFIX = "--otca"
 #: how --otca_objective_weights addresses objectives (said in every message about their count)
-WEIGHTS_RULE = ("give one weight per objective column once names expand "
-                "(Hunyuan's upstream: upstream.vq,upstream.mq,upstream.ta)")
+WEIGHTS_RULE = "give one weight per objective column once names expand (upstream can stand for several)"
 
 
 def _credit_flag(field) -> bool:

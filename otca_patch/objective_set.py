@@ -13,7 +13,6 @@ from typing import Mapping, Optional, Sequence
 
 import torch
 
-from .config import WEIGHTS_RULE
 
 #: The objective name for the reward that the upstream trainer computes itself (never recomputed).
 UPSTREAM = "upstream"
@@ -155,7 +154,8 @@ def check_weight_count(weights: Optional[Sequence[float]], columns_of: Mapping[s
         expansions = [f"{name} = {','.join(columns)}" for name, columns in columns_of.items() if len(columns) > 1]
         said = f" ({'; '.join(expansions)})" if expansions else ""
         raise ValueError(f"--otca_objective_weights: {len(weights)} weights for {len(names)} objective columns "
-                         f"{','.join(names)}{said}; {WEIGHTS_RULE}")
+                         f"{','.join(names)}{said}; give one weight per objective column, in this order (for example "
+                         f"--otca_objective_weights {','.join(['1'] * len(names))})")
 
 
 def expected_columns(names: Sequence[str], upstream: UpstreamRewards) -> dict:

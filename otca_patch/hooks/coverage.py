@@ -2,7 +2,9 @@
 specs whose file the checkout lacks (a target ``--otca`` cannot run here)."""
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+from fnmatch import fnmatch
 from pathlib import Path
 from typing import Sequence
 
@@ -119,9 +121,38 @@ def classify(path: Path, checkout: Path, specs: Sequence[TargetSpec]) -> Verdict
     return Verdict(COPY, holding) if holding is not None else Verdict(OWN_SPEC)
 
 
+#: how deep ``judged_elsewhere`` looks below the checkout, and the folders it skips (environments, caches)
+ELSEWHERE_DEPTH = 4
+SKIPPED_FOLDERS = {"site-packages", "dist-packages", "node_modules", "__pycache__", "build", "dist"}
+
+
+def judged_elsewhere(checkout: Path, specs: Sequence[TargetSpec], known: Sequence[str]) -> list[str]:
+    """Trainer files (``*train*.py``) anywhere in the checkout, outside ``known`` (``uncovered_trainers``)
+    and the targeted files, on which ``classify`` has a verdict: ``my_train_x.py`` at the top,
+    ``qwen_reward/train.py``, ``fastvideo_edited/train_grpo_flux.py``. A launch under --otca that runs
+    one judges it so; doctor lists them all."""
+    targeted = {(checkout / spec.file).resolve() for spec in specs}
+    skip = set(known)
+    found = []
+    for folder, subfolders, files in os.walk(checkout):
+        depth = len(Path(folder).relative_to(checkout).parts)
+        subfolders[:] = sorted(d for d in subfolders if not d.startswith(".") and d not in SKIPPED_FOLDERS
+                               and depth < ELSEWHERE_DEPTH and not (Path(folder) / d / "pyvenv.cfg").exists())
+        for name in sorted(files):
+            path = Path(folder) / name
+            file = path.relative_to(checkout).as_posix()
+            if fnmatch(name, "*train*.py") and file not in skip and path.resolve() not in targeted \
+                    and classify(path, checkout, specs).kind != UNRELATED:
+                found.append(file)
+    return found
+
+
 def uncovered_lines(checkout: Path, specs: Sequence[TargetSpec], explicit: Sequence[TargetSpec] = ()) -> list[str]:
-    """doctor's lines on the trainer files no spec covers, each with ``classify``'s verdict."""
+    """doctor's lines on the trainer files no spec covers, each with ``classify``'s verdict: those
+    beside the targeted files, and any other trainer file a launch would judge."""
     uncovered = uncovered_trainers(checkout, specs, explicit)
+    explicit_files = [os.path.relpath(spec.file, checkout) for spec in explicit]
+    uncovered += judged_elsewhere(checkout, specs, uncovered + explicit_files)
     if not uncovered:
         return []
     return [f"trainer files no spec covers ({len(uncovered)}; --otca does not patch them, and a launch that runs one "

@@ -18,8 +18,8 @@ from ..hooks.spec import TargetSpec
 NESTED_DEPTH = 3
 #: how far ``nearby_checkouts`` walks up from the working directory and the script, and down from the former
 LEVELS_UP, LEVELS_DOWN = 6, 2
-#: commands that change the machine or the environment before training starts
-SETUP = re.compile(r"(?:^|[;&|(]\s*|\s)((?:sudo\s+)?(?:(?:pip3?|uv\s+pip|python[\d.]*\s+-m\s+pip|conda|mamba)\s+"
+#: commands that change the machine or the environment before training starts (a program by its name or full path)
+SETUP = re.compile(r"(?:^|[;&|(]\s*|\s)((?:sudo\s+)?(?:(?:[^\s;&|()'\"]*/)?(?:pip3?|uv\s+pip|python[\d.]*\s+-m\s+pip|conda|mamba)\s+"
                    r"install|git\s+clone|(?:apt-get|apt|yum|dnf)\s+(?:install|update|upgrade))\b[^;&|\n]*)")
 #: a Python script a command line names (``fastvideo/train.py``, ``"$DIR/train.py"``)
 PY_TOKEN = re.compile(r"""(?:^|(?<=[\s'"=(]))([^\s'"=();|&<>]*\.py)(?=$|[\s'";|&)<>:])""")
@@ -142,6 +142,35 @@ def python_entries(text: str) -> tuple[list[str], list[str]]:
     for entry in python_entry_list(text, Path(".")):
         (built if entry.built else literal).append(entry.token)
     return list(dict.fromkeys(literal)), list(dict.fromkeys(built))
+
+
+#: a command handed to a server outside the launch's process tree: a terminal multiplexer's
+TERMINAL_SERVER = re.compile(r"(?:^|[;&|(`]|\s)((tmux|screen)\s[^;&|\n]*)")
+REMOTE = re.compile(r"(?:^|[;&|(`]|\s)(pdsh|ssh)\s")
+
+
+def outside_launchers(text: str) -> tuple[str, tuple[str, str] | None]:
+    """``pdsh`` / ``ssh`` when a launch script starts its commands on other hosts (MixGRPO's scripts
+    use ``pdsh``), else ``""``; and ``(tmux or screen, the command)`` when it hands a command to a
+    terminal multiplexer's server, else None. Neither passes the launch's environment on."""
+    remote, server = "", None
+    for line in code_lines(text):
+        found = REMOTE.search(line)
+        remote = remote or (found.group(1) if found else "")
+        found = TERMINAL_SERVER.search(line)
+        if found and server is None:
+            command = " ".join(found.group(1).split())
+            server = (found.group(2), command if len(command) <= 80 else command[:80] + "…")
+    return remote, server
+
+
+#: the launchers that start the trainers (``python -m torch.distributed.run`` runs in Python: it checks in)
+LAUNCHER = re.compile(r"(?:^|[;&|(`]|\s)(?:[^\s;&|()'\"]*/)?(torchrun|accelerate|deepspeed)(?=\s|$)")
+
+
+def launchers(text: str) -> list[str]:
+    """The launchers ``text`` runs, in order, each once."""
+    return list(dict.fromkeys(found.group(1) for line in code_lines(text) for found in LAUNCHER.finditer(line)))
 
 
 def setup_commands(text: str) -> list[str]:

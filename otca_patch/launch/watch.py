@@ -1,24 +1,25 @@
-"""Every Python process of an ``--otca`` launch is seen by the layer, or the launch stops.
+"""No Python process of an ``--otca`` launch loads torch unseen by the layer, or the launch stops.
 
 The start-up hook appends ``checkin<TAB>PID<TAB>START TIME<TAB>PROGRAM<TAB>SCRIPT`` to the launch record
-in every process it runs in (``startup/sitecustomize.py``). PROGRAM (``program``) is a digest of what the
-kernel set up for the process's last exec: an exec in place keeps the pid and start time, so a
-program that replaced a checked-in one is a new program, which must check in itself. A process
-forked from a checked-in one (a DataLoader worker, a multiprocessing ``fork`` child) runs the same
-program with its parent's state, layer and step guard included; it checks in at the fork
-(SCRIPT ``fork of pid PARENT: ...``, from an ``os.register_at_fork`` hook).
+in every process it runs in (``startup/sitecustomize.py``). PROGRAM, ``FD:NAME``, names a memory file
+the process holds open close-on-exec: a fork keeps it, an exec in place closes it (whatever the
+address layout), so a program that replaced a checked-in one must check in itself. A process forked
+from a checked-in one (a DataLoader worker, a multiprocessing ``fork`` child, a C extension's
+``fork()``) runs the same program with its parent's state, layer and step guard included; it holds
+the same memory file (and, through ``os.register_at_fork``, checks in as ``fork of pid PARENT: ...``).
 
-The wrapper walks its process tree (``/proc``, standard library only) every ``POLL_S``; a Python
-interpreter (``/proc/PID/exe`` named ``python*``) whose program has not checked in ``GRACE_S`` after
-it was first seen, or once it has used ``CPU_GRACE_S`` of CPU time since (a Python reaches the hook
-after some 0.02 s; importing torch takes seconds), never loaded the hook: ``python -I``, ``-E``,
-``-S``, ``env -i ...``, a PYTHONPATH the script replaced. It would train without the layer, so the
-launch stops: that process is killed at once, the rest of the tree terminated. A Python that exits
-before its grace ends has not trained.
+The wrapper walks its process tree (``/proc``, standard library only) every ``POLL_S``. A process that
+holds no checked-in program and has loaded torch (``/proc/PID/maps`` shows torch's libraries: only
+a Python that imports torch maps them) could train without the layer: the hook never ran in it
+(``python -I``, ``-E``, ``-S``, ``env -i ...``, a PYTHONPATH the script replaced, an exec into such a
+Python). The launch stops: that process is killed at once, the rest of the tree terminated. A Python
+that never loads torch cannot take a ``torch.optim`` step, so pip's isolated builds, ``python -m venv``
+and other helpers that replace PYTHONPATH run, however long they take.
 
 The wrapper makes itself a child subreaper, so a process whose parent exits stays in its tree, and
 it watches the tree until its last process has ended, also after the launch's top process ended
-(``TreeWatch.top_ended``). Each node's ``otca-patch launch`` watches the processes started on that
+(``TreeWatch.top_ended``); once the trainers have ended, what still runs is stopped
+(``TreeWatch.leftovers``). Each node's ``otca-patch launch`` watches the processes started on that
 node; a process that a server outside the launch starts (a tmux server already running, a job
 scheduler, sshd) is not in its tree. Without ``/proc`` (not Linux) there is nothing to watch.
 """
@@ -30,14 +31,15 @@ import signal
 import time
 from pathlib import Path
 
-#: seconds after a Python process was first seen by which it has checked in
-GRACE_S = 10.0
-#: CPU seconds a Python process may use before it has checked in
-CPU_GRACE_S = 0.5
+from . import record
+
 #: seconds between two looks at the process tree
 POLL_S = 0.2
 #: seconds the rest of a stopped launch has to exit after SIGTERM, before SIGKILL
 TERM_WAIT_S = 10.0
+#: the program or ``-m`` module of a trainer or its launcher: while one runs, the training goes on
+TRAINING = {"otca_patch.launch.worker", "torchrun", "torch.distributed.run", "torch.distributed.launch", "accelerate",
+            "deepspeed"}
 TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 PR_SET_CHILD_SUBREAPER = 36
 
@@ -56,35 +58,55 @@ def become_subreaper() -> None:
         pass
 
 
-#: ``program``'s digest: the start-up hook computes the same (``startup/sitecustomize.py``)
-PROGRAM_MODULUS = (1 << 61) - 1
-
-
-def _randomized() -> bool:
+def holds(pid: int, program: str) -> bool:
+    """Whether ``pid`` still holds the check-in token ``program`` (``FD:NAME``, the start-up hook's)."""
+    fd, _, name = program.partition(":")
     try:
-        with open("/proc/sys/kernel/randomize_va_space", "rb") as handle:
-            return handle.read().strip() != b"0"
+        return os.readlink(f"/proc/{pid}/fd/{fd}").startswith(f"/memfd:{name} ")
     except OSError:
-        return True
+        return False
 
 
-#: address-space randomisation: with it, the auxiliary vector alone tells one exec from the next
-RANDOMIZED = _randomized()
-
-
-def program(pid: int) -> str:
-    """The digest of ``pid``'s current program, as its start-up hook wrote it when it checked in:
-    its auxiliary vector (new addresses on each exec), with the command line where randomisation is
-    off; ``""`` when it cannot be read."""
+def held_tokens(pid: int) -> set[str]:
+    """The check-in tokens' names among ``pid``'s open files (a fork made outside Python's os.fork)."""
+    names = set()
     try:
-        with open(f"/proc/{pid}/auxv", "rb") as handle:
-            data = handle.read()
-        if not RANDOMIZED:
-            with open(f"/proc/{pid}/cmdline", "rb") as handle:
-                data += handle.read()
+        fds = os.listdir(f"/proc/{pid}/fd")
     except OSError:
-        return ""
-    return format(int.from_bytes(data, "little") % PROGRAM_MODULUS, "x")
+        return names
+    for fd in fds:
+        try:
+            link = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if link.startswith("/memfd:otca-checkin-"):
+            names.add(link[len("/memfd:"):].split(" ", 1)[0])
+    return names
+
+
+def fingerprint(pid: int) -> tuple:
+    """What ``pid`` runs as the kernel set it up at its last exec: program file, command line, environment."""
+    try:
+        parts = [os.readlink(f"/proc/{pid}/exe").encode()]
+        for name in ("cmdline", "environ"):
+            with open(f"/proc/{pid}/{name}", "rb") as handle:
+                parts.append(handle.read())
+    except OSError:
+        return ()
+    return tuple(parts)
+
+
+#: what only a Python that imports torch maps (``_load_global_deps`` runs early in torch's import)
+TORCH_LIBRARIES = (b"libtorch_global_deps", b"libtorch_python", b"/torch/_C.")
+
+
+def loads_torch(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/maps", "rb") as handle:
+            maps = handle.read()
+    except OSError:
+        return False
+    return any(library in maps for library in TORCH_LIBRARIES)
 
 
 def stat(pid: int) -> tuple[str, int, str, float] | None:
@@ -95,6 +117,21 @@ def stat(pid: int) -> tuple[str, int, str, float] | None:
     except (OSError, IndexError):
         return None
     return fields[0].decode(), int(fields[1]), fields[19].decode(), (int(fields[11]) + int(fields[12])) / TICKS
+
+
+def started(pid: int) -> float:
+    """When ``pid`` started, in seconds since boot (infinity once it is gone)."""
+    info = stat(pid)
+    return int(info[2]) / TICKS if info is not None else float("inf")
+
+
+def uptime() -> float:
+    """Seconds since boot: the clock of a process's start time (``stat``, in ``TICKS``)."""
+    try:
+        with open("/proc/uptime", "rb") as handle:
+            return float(handle.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0.0
 
 
 def children(pid: int) -> list[int]:
@@ -123,9 +160,49 @@ def descendants(root: int) -> list[int]:
     return found
 
 
+#: ``(device, inode, mtime) -> whether that program file is a Python interpreter``
+_INTERPRETERS: dict = {}
+
+
 def is_python(pid: int) -> bool:
+    """Whether ``pid`` runs a Python interpreter, whatever its file is called (a venv made with
+    ``--copies`` and its ``python`` copied to ``trainer``): its name, libpython in its maps, or the
+    interpreter's entry point in its program file."""
     try:
-        return os.path.basename(os.readlink(f"/proc/{pid}/exe")).startswith("python")
+        exe = os.readlink(f"/proc/{pid}/exe")
+        if os.path.basename(exe).startswith("python"):
+            return True
+        info = os.stat(f"/proc/{pid}/exe")
+    except OSError:
+        return False
+    key = (info.st_dev, info.st_ino, info.st_mtime_ns)
+    if key not in _INTERPRETERS:
+        _INTERPRETERS[key] = _interpreter_file(f"/proc/{pid}/exe")
+    if _INTERPRETERS[key]:
+        return True
+    try:
+        with open(f"/proc/{pid}/maps", "rb") as handle:
+            return b"/libpython" in handle.read()
+    except OSError:
+        return False
+
+
+#: the entry point every CPython executable calls or holds (3.8 and later; ``Py_Main`` before)
+_ENTRY_POINTS = (b"Py_BytesMain", b"Py_Main\0")
+
+
+def _interpreter_file(path: str) -> bool:
+    tail = b""
+    try:
+        with open(path, "rb") as handle:
+            while True:
+                chunk = handle.read(1 << 20)
+                if not chunk:
+                    return False
+                window = tail + chunk
+                if any(entry in window for entry in _ENTRY_POINTS):
+                    return True
+                tail = window[-16:]
     except OSError:
         return False
 
@@ -190,12 +267,28 @@ def why_unseen(pid: int, startup_dir: Path, record_variable: str) -> str:
 
 
 def shown_command(pid: int, cmdline: list[str] | None = None) -> str:
-    shown = shlex.join(command_line(pid) if cmdline is None else cmdline) or f"pid {pid}"
+    """``pid``'s command line on one line: an argument of several lines (a ``-c`` program) by its
+    first line and "…", the whole cut at 300 characters; ``pid N`` once it cannot be read."""
+    argv = command_line(pid) if cmdline is None else cmdline
+    shown = shlex.join(arg if "\n" not in arg.strip() else arg.strip().split("\n", 1)[0] + " …" for arg in argv)
+    shown = shown or f"pid {pid}"
     return shown if len(shown) <= 300 else shown[:297] + "..."
 
 
+def trains(argv: list[str]) -> bool:
+    """Whether ``argv`` runs a trainer or its launcher (``python -m otca_patch.launch.worker``, ``torchrun``,
+    ``python .../bin/accelerate launch``...), read from its program and first words."""
+    return any(os.path.basename(word) in TRAINING for word in argv[:6])
+
+
+def named(pid: int, cmdline: list[str] | None = None) -> str:
+    """``pid N `COMMAND``` (``pid N`` alone once its command line cannot be read)."""
+    argv = command_line(pid) if cmdline is None else cmdline
+    return f"pid {pid} `{shown_command(pid, argv)}`" if argv else f"pid {pid}"
+
+
 class TreeWatch:
-    """The check-ins of the launch record against the Python processes below this process."""
+    """The check-ins of the launch record against the processes below this process."""
 
     def __init__(self, record: Path, startup_dir: Path, record_variable: str):
         self.record, self.startup_dir, self.record_variable = record, startup_dir, record_variable
@@ -203,10 +296,13 @@ class TreeWatch:
         self.root = os.getpid()
         #: ``(pid, start time) -> programs`` that checked in (a pid's programs: one per exec)
         self.checked: dict = {}
-        #: ``(pid, start time, program) -> (when first seen, its CPU seconds then)``: its grace counts from there
-        self.first_seen: dict = {}
-        #: ``(pid, start time) -> (program, command line)`` last seen checked in, and the script its last
-        #: check-in named: what an exec replaced
+        #: every checked-in program's memory-file name: a process holding one is a fork of a checked-in program
+        self.token_names: set = set()
+        #: ``(pid, start time) -> fingerprint`` while it held its checked-in program: a process that closed
+        #: its token (closing every descriptor) but runs what it ran then has not exec'd
+        self.fingerprints: dict = {}
+        #: ``(pid, start time) -> command line`` last seen checked in, and the script its last check-in
+        #: named: what an exec replaced
         self.seen_as: dict = {}
         self.checked_as: dict = {}
         #: once the top process ended: its status, and the processes still running then
@@ -214,6 +310,9 @@ class TreeWatch:
         self.outliving: dict = {}
         #: exit statuses of the processes this subreaper adopted and collected
         self.adopted_status: dict = {}
+        #: whether a targeted trainer has started (its worker wrote ``targeted``), when (seconds since boot)
+        #: a trainer or launcher was last seen running, and the processes stopped for outliving the training
+        self.trained, self.training_seen, self.left_over = False, 0.0, set()
 
     def read_checkins(self) -> None:
         try:
@@ -225,35 +324,50 @@ class TreeWatch:
         complete = chunk[:chunk.rfind(b"\n") + 1]  # a line still being written is read next time
         self.offset += len(complete)
         for line in complete.decode(errors="replace").splitlines():
-            kind, _, rest = line.partition("\t")
-            if kind == "checkin":
-                pid, start, code, shown = (rest.split("\t") + ["", "", ""])[:4]
-                self.checked.setdefault((pid, start), set()).add(code)
+            kind, parts = record.fields(line)
+            if kind == record.CHECKIN:
+                pid, start, program, shown = (parts + ["", "", ""])[:4]
+                self.checked.setdefault((pid, start), set()).add(program)
+                self.token_names.add(program.partition(":")[2])
                 self.checked_as[(pid, start)] = shown
+            elif kind == record.TARGETED:
+                self.trained = True
 
-    def checked_in(self, key: tuple, code: str) -> bool:
-        """Whether the program ``code`` of process ``key`` checked in (``""``: a side that could not read it)."""
-        codes = self.checked.get(key)
-        return codes is not None and (code in codes or "" in codes or code == "")
+    def covered(self, pid: int, key: tuple) -> bool:
+        """Whether ``pid`` (``key``: its pid and start time) runs a program that checked in: it holds
+        the token its check-in named, or runs what it ran when it held it; or, with no check-in of its
+        own, holds a checked-in program's token (a fork)."""
+        programs = self.checked.get(key)
+        if programs is None:
+            return bool(self.token_names & held_tokens(pid))
+        if "" in programs:  # a side without memory files: the pid and start time are all there is
+            return True
+        if any(holds(pid, program) for program in programs):
+            if key not in self.fingerprints:
+                self.fingerprints[key] = fingerprint(pid)
+                self.seen_as[key] = command_line(pid)
+            return True
+        return self.fingerprints.get(key, ()) == fingerprint(pid) != ()
 
     def late(self) -> list[int]:
-        """Python processes past their grace that have not checked in."""
-        now, suspects = time.monotonic(), []
+        """Processes that have loaded torch without running a checked-in program."""
+        suspects, training = [], False
         for pid in descendants(self.root):
             info = stat(pid)
-            if info is None or info[0] == "Z" or not is_python(pid):
+            if info is None or info[0] == "Z":
                 continue
-            key, code = (str(pid), info[2]), program(pid)
-            if self.checked_in(key, code):
-                if self.seen_as.get(key, ("",))[0] != code:
-                    self.seen_as[key] = (code, command_line(pid))
-                continue
-            # an exec in place: the new program's grace counts from now, its CPU from what it has used
-            first = self.first_seen.setdefault(key + (code,), (now, info[3] if key in self.checked else 0.0))
-            if now - first[0] > GRACE_S or info[3] - first[1] > CPU_GRACE_S:
-                suspects.append((pid, key, code))
-        self.read_checkins()  # after the scan: a check-in written before it is in the record now
-        return [pid for pid, key, code in suspects if not self.checked_in(key, code)]
+            training = training or trains(command_line(pid))
+            key = (str(pid), info[2])
+            if key in self.checked and self.covered(pid, key):
+                continue  # the common case, one readlink: the maps of a torch process are long
+            if loads_torch(pid) and not self.covered(pid, key):
+                suspects.append((pid, key))
+        if training:
+            self.training_seen = uptime()
+        if not suspects:
+            return []
+        self.read_checkins()  # a check-in written before the scan is in the record now
+        return [pid for pid, key in suspects if not self.covered(pid, key)]
 
     def cause(self, pid: int) -> str:
         """Why ``pid`` never checked in: an exec in place, a fork of a process that did not, or why the
@@ -263,18 +377,13 @@ class TreeWatch:
         unseen = why_unseen(pid, self.startup_dir, self.record_variable)
         if key in self.checked:
             before = self.seen_as.get(key)
-            was = (f" as `{shown_command(pid, before[1])}`" if before is not None
+            was = (f" as `{shown_command(pid, before)}`" if before
                    else f" as {self.checked_as[key]}" if self.checked_as.get(key) else "")
             return (f"it checked in{was}, then replaced its program in place (exec) with `{shown_command(pid)}`, "
                     f"which never checked in: {unseen}")
         parent = info[1] if info is not None else 0
-        parent_info = stat(parent) if parent > 1 else None
-        code = program(pid)
-        if parent_info is not None and code and is_python(parent) and program(parent) == code:
-            if self.checked_in((str(parent), parent_info[2]), code):
-                return (f"it is a fork of pid {parent}, which checked in, made outside Python's os.fork (a C "
-                        f"extension's fork()), so the layer's check-in at the fork did not run in it")
-            return (f"it is a fork of pid {parent} (`{shown_command(parent)}`), which never checked in either: "
+        if parent > 1 and parent != self.root and command_line(parent) == command_line(pid) and is_python(parent):
+            return (f"it is a fork of pid {parent}, which never checked in either: "
                     f"{why_unseen(parent, self.startup_dir, self.record_variable)}")
         return unseen
 
@@ -283,10 +392,11 @@ class TreeWatch:
         more = f" (and {len(pids) - 1} more)" if len(pids) > 1 else ""
         after = (f" It was still running after the launch's top process had ended (status {self.top_status})."
                  if self.top_status is not None else "")
-        return (f"a Python process of this launch never checked in with the layer: pid {pid}, `{shown_command(pid)}`"
-                f"{more}; {self.cause(pid)}.{after} It would train without the layer, so the launch is stopped. Start "
-                f"every Python process with the environment the launch sets (no -I, -E or -S, no `env -i`, "
-                f"PYTHONPATH extended rather than replaced, no exec into such a Python), or launch without --otca")
+        return (f"a Python process of this launch never checked in with the layer and has loaded torch: "
+                f"{named(pid)}{more}; {self.cause(pid)}.{after} It would train without the layer, so the launch is "
+                f"stopped. Start every Python process with the environment the launch sets (no -I, -E or -S, no "
+                f"`env -i`, PYTHONPATH extended rather than replaced, no exec into such a Python), or launch "
+                f"without --otca")
 
     def running(self) -> list[int]:
         """The processes below this one that have not ended."""
@@ -301,9 +411,9 @@ class TreeWatch:
             info = stat(pid)
             if info is None:
                 continue
-            seen = self.checked_in((str(pid), info[2]), program(pid))
+            seen = self.covered(pid, (str(pid), info[2]))
             what = "checked in" if seen else "a Python that has not checked in yet" if is_python(pid) else "not Python now"
-            self.outliving[pid] = f"pid {pid} `{shown_command(pid)}` ({what})"
+            self.outliving[pid] = f"{named(pid)} ({what})"
         if not self.outliving:
             return ""
         count = len(self.outliving)
@@ -314,7 +424,7 @@ class TreeWatch:
     def outliving_end(self) -> tuple[str, int]:
         """Once the processes that outlived the top process have ended: a line saying so and the first
         failing status among those this subreaper collected (0 when none failed)."""
-        failed = {pid: code for pid, code in self.adopted_status.items() if code != 0}
+        failed = {pid: code for pid, code in self.adopted_status.items() if code != 0 and pid not in self.left_over}
         status = next(iter(failed.values()), 0)
         shown = "; ".join(f"pid {pid} exited with status {code}" for pid, code in failed.items())
         return (f"the {len(self.outliving)} process{'es' if len(self.outliving) > 1 else ''} that outlived the "
@@ -332,20 +442,46 @@ class TreeWatch:
                 code = os.waitstatus_to_exitcode(status)
                 self.adopted_status[pid] = 128 - code if code < 0 else code
 
+    def training_over(self) -> bool:
+        """Whether the launch's training has ended: a targeted trainer has run, and no trainer or
+        launcher (torchrun, accelerate, deepspeed: one may be between two attempts) still runs."""
+        self.read_checkins()
+        return self.trained and not any(trains(command_line(pid)) for pid in self.running())
+
+    def stop_leftovers(self, child: int) -> str:
+        """Once the training has ended, stop the processes that ran beside it (started before a trainer
+        was last seen running: a server the script started in the background), and what they started;
+        a process started after the training is watched as before. The line naming each once, or ``""``."""
+        left = [pid for pid in self.running() if pid not in self.left_over and started(pid) <= self.training_seen]
+        if not left:
+            return ""
+        shown = [named(pid) for pid in left]
+        for pid in left:
+            self.left_over.update([pid, *descendants(pid)])
+        self.terminate(child, sorted(self.left_over))
+        count = len(left)
+        return (f"the trainers have ended; stopped {count} process{'es' if count > 1 else ''} that ran beside them "
+                f"and still ran: {'; '.join(shown)} (the launch does not wait for a process that outlives its training; "
+                f"its exit status is the training's)")
+
     def stop(self, late: list[int], child: int) -> None:
         """Kill the processes that would train without the layer, terminate the rest of the tree."""
         self.stopped = True
         for pid in late:
             _signal(pid, signal.SIGKILL)
-        for pid in descendants(self.root):
+        self.terminate(child)
+
+    def terminate(self, child: int, pids: list[int] | None = None) -> None:
+        """SIGTERM to ``pids`` (every process below this one), SIGKILL to those left after ``TERM_WAIT_S``."""
+        for pid in descendants(self.root) if pids is None else pids:
             _signal(pid, signal.SIGTERM)
         deadline = time.monotonic() + TERM_WAIT_S
         while time.monotonic() < deadline:
             self.reap_adopted(child)
-            if not self.running():
+            if not set(self.running()) & set(descendants(self.root) if pids is None else pids):
                 return
             time.sleep(POLL_S)
-        for pid in descendants(self.root):
+        for pid in descendants(self.root) if pids is None else pids:
             _signal(pid, signal.SIGKILL)
 
 

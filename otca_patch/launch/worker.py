@@ -8,43 +8,15 @@ with status 2 and a message naming what is wrong: it never runs the script unpat
 """
 from __future__ import annotations
 
-import json
 import os
 import runpy
-import socket
 import sys
 
 from .. import env_names
 from ..help_text import plain_text
+from .record import FINISHED_EVENT, record_error, record_event, record_targeted
 
 USAGE = "usage: otca-patch run SCRIPT [ARGS ...] [--otca ...]"
-#: the record's line for a process that stopped: ``{"event": "error", ...}``, one JSON line (the
-#: launch relays the first one when it ends; other lines are ``KIND<TAB>SCRIPT...``)
-ERROR_EVENT = "error"
-
-
-def record_error(message: str, script: str = "") -> None:
-    """Tell the launch why this process stopped (the launch's end names the first such error)."""
-    record = os.environ.get(env_names.RECORD)
-    if not record:
-        return
-    line = json.dumps({"event": ERROR_EVENT, "pid": os.getpid(), "host": socket.gethostname(),
-                       "rank": os.environ.get("RANK"), "script": script, "message": message})
-    try:
-        with open(record, "a") as handle:  # one write of one line: atomic with O_APPEND
-            handle.write(line + "\n")
-    except OSError:
-        pass  # the record only serves the launch's summary; the error itself is printed
-
-
-def record_targeted(script: str, spec) -> None:
-    """Tell the launch that a targeted process started (it checks that one did; see wrapper.py)."""
-    record = os.environ.get(env_names.RECORD)
-    if record:
-        with open(record, "a") as handle:  # one short append per process: atomic with O_APPEND
-            handle.write(f"targeted\t{os.path.abspath(script)}\t{spec.name}\n")
-
-
 def run_untouched(script: str, argv: list[str]) -> None:
     """As ``python SCRIPT ARGS``: the script's folder first on sys.path, no rewrite, no runtime."""
     sys.argv = [script, *argv]
@@ -82,7 +54,7 @@ def prepare_process(script: str, rest: list[str], module: str | None, command: s
     say_identity(prepared.identity)
     runtime = install_for_run(prepared.spec, config, os.path.abspath(script), prepared.reason)
     namespace = main_namespace(script, upstream_argv, prepared, runtime, module)
-    record_targeted(script, prepared.spec)
+    record_targeted(script, prepared.spec.name)
     return prepared.code, namespace
 
 
@@ -119,11 +91,14 @@ def main(argv=None, command: str | None = None) -> int:
         return 2
     except SystemExit as exc:
         if exc.code not in (None, 0):
-            record_error(f"exited with status {exc.code}", script)
+            record_error(f"exited with status {exc.code}", script, exc.code if isinstance(exc.code, int) else 1)
+        else:
+            record_event(FINISHED_EVENT, script)
         raise
     except Exception as exc:  # the trainer's own failure (or the credit's refusal): its traceback follows
         record_error(f"{type(exc).__name__}: {exc}", script)
         raise
+    record_event(FINISHED_EVENT, script)
     return 0
 
 

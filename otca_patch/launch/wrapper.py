@@ -15,12 +15,14 @@ weights against the launched trainer's objectives, target-only flags, the log fo
 points of every targeted file the launch names (and of every ``--otca_target`` file) are checked; a
 launched script that is no target gets doctor's verdict on it (``hooks.coverage.classify``). While it
 runs, nothing trains without the layer (docs/launch-guard.md): a Python process that never checks
-in with the launch (``python -I``, ``-E``, ``-S``, ``env -i``) stops the launch within seconds; in a
+in with the launch (``python -I``, ``-E``, ``-S``, ``env -i``) stops the launch once it loads torch; in a
 process the layer did not patch, the first optimizer step raises, with doctor's verdict on the code;
 a copy of a targeted trainer stops at start, with the same verdict. Forks of a process that checked in
 (DataLoader workers) are the launch's own; an exec in place must check in anew. The launch lasts until
 the last process it started has ended: one still running when the script has ended is named, and
-stopped if it never checks in. ``-m`` launches are patched like path launches. When the launch ends without any
+stopped if it loads torch without checking in; once the trainers have ended, what ran beside them (a
+server left in the background) is named and stopped. A restart that succeeded ends 0 with a note; a
+failure the script ignored ends with that process's status. ``-m`` launches are patched like path launches. When the launch ends without any
 process having run a targeted file, the launch fails and names the Python scripts that did run.
 """
 from __future__ import annotations
@@ -50,7 +52,7 @@ from ..hooks.spec import TargetSpec, load_specs
 from ..runlog import LOG_NAME
 from . import reach, watch
 from .wandb_note import panels_note
-from .worker import ERROR_EVENT
+from .record import failures, read_events, read_scripts
 
 PROG = "otca-patch launch"
 STARTUP_DIR = Path(__file__).resolve().parent / "startup"
@@ -97,9 +99,16 @@ def unreachable(launch_script: Path | None, workdir: Path, text: str, specs: lis
         problem = (f"{what} runs {reach.shown_files(named)}, which is not under the current directory {workdir}, "
                    f"so no process would train with the layer")
         return problem + "; " + _run_from_checkout(holding or nearby, launch_script, config)
-    verdict = _verdict_on(reach.python_entry_list(text, workdir), workdir, specs)
+    entries = reach.python_entry_list(text, workdir)
+    verdict = _verdict_on(entries, workdir, specs)
     if verdict:  # a script doctor has a verdict on, in a checkout of an upstream or of another project
         return verdict
+    missing = next((entry for entry in entries if entry.path is not None and entry.module is None
+                    and "train" in entry.path.name and not entry.path.exists()), None)
+    if missing is not None:  # a trainer file the script names is not there at all (a config file may be built)
+        return (f"{what} runs {missing.token}, which does not exist ({shown_path(missing.path)} from {workdir}), so no "
+                f"process would train with the layer; correct the path (`otca-patch doctor .` lists the trainer files "
+                f"here)")
     if here:  # run from a checkout, but the script runs none of its targets
         runs = f"it runs {reach.shown_files(literal)}" if literal else "it names no Python script or module"
         return (f"{what} runs no trainer the layer targets ({runs}), so --otca would change nothing; targeted "
@@ -159,9 +168,21 @@ def setup_note(text: str) -> str:
 
 
 def check_explicit(specs: list[TargetSpec]) -> list[str]:
-    """Hook points of every ``--otca_target`` file (``specs``: their specs, ``file`` absolute)."""
+    """Hook points of every ``--otca_target`` file (``specs``: their specs, ``file`` absolute); a file
+    on which they do not hold and that is not a GRPO trainer (a DPO one) is said to be so."""
+    from ..hooks.coverage import NOT_GRPO_ADVICE
+    from ..hooks.trainer_kind import NOT_GRPO, trainer_kind
+
     for spec in specs:
-        rewritten(spec.file, spec)
+        try:
+            rewritten(spec.file, spec)
+        except PatchError as exc:
+            if trainer_kind(Path(spec.file)) != NOT_GRPO:
+                raise
+            shown = os.path.relpath(spec.file)
+            raise Refused(f"--otca_target {spec.name}={shown}: {shown} is {NOT_GRPO_ADVICE} (no spec patches a trainer "
+                          f"without group-relative advantages; {spec.name}'s spec does not hold on it: "
+                          f"{str(exc).splitlines()[0]})") from None
     return [f"{os.path.relpath(spec.file)} (as {spec.name})" for spec in specs]
 
 
@@ -286,51 +307,32 @@ def script_is_folder(folder: Path) -> str:
     return f"{folder} is a folder, not a launch script; {give}"
 
 
-def read_record(path: Path) -> tuple[list[str], list[str]]:
-    """(targeted scripts that started, other scripts that ran), each once, in order."""
-    targeted, ran = {}, {}
-    try:
-        lines = path.read_text(errors="replace").splitlines()
-    except OSError:
-        lines = []
-    for line in lines:
-        if line.startswith("{"):  # an event (worker.record_error), not a script line
-            continue
-        kind, _, rest = line.partition("\t")
-        if kind in ("targeted", "ran"):
-            (targeted if kind == "targeted" else ran)[rest.split("\t")[0]] = None
-    return list(targeted), [s for s in ran if s not in targeted]
-
-
-def first_error(path: Path) -> dict | None:
-    """The first error a process of the launch reported (``worker.record_error``), or None."""
-    import json
-
-    try:
-        lines = path.read_text(errors="replace").splitlines()
-    except OSError:
-        return None
-    for line in lines:
-        if line.startswith("{"):
-            try:
-                event = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(event, dict) and event.get("event") == ERROR_EVENT:
-                return event
-    return None
-
-
 def failure_message(event: dict) -> str:
     """The end of a failed launch: which process stopped first, and why."""
+    return f"the launch failed; the first error a process reported {reported(event)}"
+
+
+def reported(event: dict) -> str:
+    """``(SCRIPT, rank R, host H, pid P): MESSAGE`` of an error a process reported."""
     who = ", ".join(filter(None, [f"rank {event['rank']}" if event.get("rank") is not None else "",
                                   f"host {event.get('host')}", f"pid {event.get('pid')}"]))
     script = event.get("script") or "a process"
     shown = os.path.relpath(script) if os.path.isabs(script) else script
-    return f"the launch failed; the first error a process reported ({shown}, {who}): {event.get('message')}"
+    return f"({shown}, {who}): {event.get('message')}"
 
 
-def no_target_message(ran: list[str]) -> str:
+def no_target_message(ran: list[str], code: int = 0, text: str = "", path: str | None = None) -> str:
+    """Why the launch ended with nothing trained under the layer: a launcher that is missing or failed
+    (named, when the launch's text runs one), a top process that failed first, or scripts that ran but
+    are no targets."""
+    if code != 0:
+        ended = f"the launch's top process ended with status {code} before any process ran a file the layer targets"
+        for launcher in reach.launchers(text):
+            if shutil.which(launcher, path=path if path is not None else os.environ.get("PATH", os.defpath)) is None:
+                return (f"{ended}: {launcher} is not on the launch's PATH; activate the training environment that "
+                        f"provides it (or give its full path)")
+            return f"{ended}: {launcher} failed before it started a trainer (its error is above)"
+        return f"{ended} (its error is above)"
     shown = [os.path.relpath(s) if os.path.isabs(s) else s for s in ran]
     return (f"the launch ended and no process ran a file the layer targets, so nothing trained with the layer; "
             f"Python scripts that ran: {', '.join(shown) or 'none'} (`otca-patch doctor .` lists the targeted "
@@ -406,6 +408,10 @@ def watch_tree(child: subprocess.Popen, tree: watch.TreeWatch, caught: list) -> 
             error(f"stopped by {name} while processes that outlived the launch's top process still ran")
             tree.stop([], child.pid)
             return 128 + caught[0]
+        if tree.training_over():  # what ran beside the trainers does not hold the launch: a server left running
+            stopped = tree.stop_leftovers(child.pid)
+            if stopped:
+                print(f"{PROG}: {stopped}", file=sys.stderr, flush=True)
         if not tree.running():
             tree.reap_adopted(child.pid)
             line, failed = tree.outliving_end()
@@ -428,16 +434,6 @@ def usage() -> str:
     flags = parser.format_help().strip("\n").split("\n", 1)[1]  # without argparse's "options:" title
     return plain_text(f"usage: {PROG} UPSTREAM_LAUNCH.sh [--otca ...] [ARGS]\n       {PROG} [--otca ...] -- COMMAND [ARGS]\n\n"
                       f"{__doc__.strip()}\n\nflags:\n{flags}")
-
-
-def remote_launcher(text: str) -> str:
-    """``pdsh`` / ``ssh`` when a launch script starts its commands on other hosts (MixGRPO's scripts
-    use ``pdsh``), else ``""``: those processes do not inherit the layer's environment."""
-    for line in text.splitlines():
-        found = re.search(r"(?:^|[;&|(`]|\s)(pdsh|ssh)\s", line.split("#", 1)[0])
-        if found:
-            return found.group(1)
-    return ""
 
 
 #: a dash the user meant as the two of ``--otca`` (``-otca``, a typographic dash pasted from a page)
@@ -515,12 +511,12 @@ def main(argv=None) -> int:
     tree = watch.TreeWatch(record, STARTUP_DIR, env_names.RECORD) if watch.available() else None
     try:
         code = run_and_wait(launch.command, env, tree)
-        targeted, ran = read_record(record)
-        failure = first_error(record)
+        targeted, ran = read_scripts(record)
+        events = read_events(record)
     finally:
         record.unlink(missing_ok=True)
         keys.unlink(missing_ok=True)
-    status = launch_status(code, tree, failure, targeted, ran)
+    status = launch_status(code, tree, events, targeted, ran, checked.text)
     print(closing_line(status, launch.config, workdir), file=sys.stderr)
     return status
 
@@ -544,13 +540,18 @@ def read_launch(argv: list[str]) -> Launch:
     refuse_flags(config, flags, rest, script)
     if script is not None:
         command = ["bash", str(script), *rest]
-        remote = remote_launcher(script.read_text(errors="replace"))
+        remote, server = reach.outside_launchers(script.read_text(errors="replace"))
         if config.active and remote:
             raise Refused(f"{script} starts its trainers through {remote}, which does not pass "
                           f"this environment to the processes it starts: they would train vanilla. Run each node's "
                           f"command as `{PROG} {shlex.join(config.to_argv())} -- torchrun ...`, or put "
                           f"`export {env_names.ARGS}={shlex.quote(shlex.join(config.to_argv()))} PYTHONPATH={STARTUP_DIR}:$PYTHONPATH` "
                           f"into its remote command")
+        if config.active and server:
+            raise Refused(f"{script} hands work to a {server[0]} server (`{server[1]}`), which runs it outside this "
+                          f"launch with the server's own environment (a server already running is not the launch's): "
+                          f"it would train vanilla, unseen. Run `{PROG} {shlex.join(config.to_argv())} ...` as the "
+                          f"command the {server[0]} window runs, or start the {server[0]} session first and the launch in it")
     unstartable = cannot_start(command[0], dict(os.environ))
     if unstartable:
         raise Refused(unstartable)
@@ -626,15 +627,27 @@ def start(launch: Launch, checked: Checked, workdir: Path) -> tuple[Path, Path, 
     return record, keys, env
 
 
-def launch_status(code: int, tree, failure, targeted: list[str], ran: list[str]) -> int:
-    """The launch's exit status, saying why when the layer failed it."""
+def launch_status(code: int, tree, events: list[dict], targeted: list[str], ran: list[str], text: str = "") -> int:
+    """The launch's exit status, saying why when the layer failed it, when the script ignored a
+    process's failure (the process's status, else 2), or when a restart undid one (a note)."""
     if tree is not None and tree.stopped:  # said why already
         return code
-    if failure is not None:  # also with status 0: a process the wrapper could not collect (a tmux window)
-        error(failure_message(failure))
-        return code or 2
+    standing, undone = failures(events)
+    if standing:  # also with status 0: a failure the script ignored (`|| true`), a process it never waited for
+        if code != 0:
+            error(failure_message(standing[0]))
+            return code
+        status = standing[0].get("status")
+        status = status if isinstance(status, int) and 0 < status < 256 else 2
+        error(f"{failure_message(standing[0])}; the launch's top process ended with status 0, ignoring that "
+              f"failure, so the launch ends with status {status}")
+        return status
+    if undone:
+        count = len(undone)
+        print(f"{PROG}: note: {count} process{'es' if count > 1 else ''} failed and {'were' if count > 1 else 'was'} "
+              f"started again, and the next attempt ran to its end; the first failed attempt {reported(undone[0])}", file=sys.stderr)
     if not targeted:
-        error(no_target_message(ran))
+        error(no_target_message(ran, code, text))
         return code or 2
     return code
 

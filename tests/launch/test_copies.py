@@ -89,7 +89,7 @@ def test_a_failing_launch_keeps_its_exit_status(synthetic):
     line = "name=exit5; printf 'import sys\\nsys.exit(5)\\n' > \"$name.py\"; python \"$name.py\""  # built at run time
     done = launch(upstream, env, line, "--otca")
     assert done.returncode == 5
-    assert "no process ran a file the layer targets" in done.stderr
+    assert "the launch's top process ended with status 5 before any process ran a file the layer targets" in done.stderr
 
 
 @pytest.mark.parametrize("value, expected", [

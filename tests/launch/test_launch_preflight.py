@@ -448,7 +448,9 @@ def test_a_flag_error_on_a_real_target_is_refused_before_the_script_runs(dancegr
     checkpoint.write_bytes(b"weights")
     script = write_script(checkout, f"touch started\npython {FLUX}")
     done = wrapper(checkout, dict(real_env(), OTCA_CKPT_CLIP_T=str(checkpoint)), str(script), "--otca", *flags)
-    assert expected in assert_refused_before_it_ran(done, checkout)
+    line = assert_refused_before_it_ran(done, checkout)
+    assert expected in line
+    assert "upstream.vq" not in line, "a FLUX launch's error names FLUX's objectives, not HunyuanVideo's"
 
 
 def test_weights_for_every_column_of_a_multi_column_trainer_pass(dancegrpo_trainers):

@@ -215,7 +215,8 @@ def test_a_rank_without_the_layer_stops_every_rank_within_the_timeout(dist_train
     # check (rank 1 never registered)
     if "never checked in with the layer" in done.stderr:
         assert_stopped_without_a_collective(done, upstream, torchrun_reports=False)
-        assert "otca-patch launch: error: a Python process of this launch never checked in with the layer: pid " \
+        assert "otca-patch launch: error: a Python process of this launch never checked in with the layer and has " \
+               "loaded torch: pid " \
                in done.stderr and "trainer/train.py" in done.stderr
     else:
         assert_stopped_without_a_collective(done, upstream)

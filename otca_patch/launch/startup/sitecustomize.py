@@ -6,10 +6,10 @@ environment lookups, one short append to the launch record and a meta-path entry
 set by the wrapper) every process:
 
 - **checks in**: appends ``checkin<TAB>PID<TAB>START TIME<TAB>PROGRAM<TAB>SCRIPT`` to
-  ``$OTCA_PATCH_RECORD`` (PROGRAM tells this program from one an exec in place replaces it with,
-  which keeps the pid and start time). The wrapper watches its process tree and stops the launch when a Python process has
-  not checked in shortly after it started (``python -I``, ``-E``, ``-S``, ``env -i``: interpreters
-  this hook never reaches). A process forked from this one (a DataLoader worker, a multiprocessing
+  ``$OTCA_PATCH_RECORD`` (PROGRAM, ``FD:NAME``, names a close-on-exec memory file this process holds:
+  an exec in place, which keeps the pid and start time, closes it). The wrapper watches its process
+  tree and stops the launch when a Python process that has not checked in loads torch (``python -I``,
+  ``-E``, ``-S``, ``env -i``: interpreters this hook never reaches). A process forked from this one (a DataLoader worker, a multiprocessing
   ``fork`` child) inherits this one's state, layer and step guard included, and checks in at the
   fork (its SCRIPT: ``fork of pid PARENT: SCRIPT``).
 - **becomes the layer's worker** when its script, or the file its ``-m`` module resolves to (found
@@ -70,7 +70,7 @@ def _fail(message):
 
 
 def _record_error(message):
-    """The launch relays the first error (the same JSON line as ``launch.worker.record_error``)."""
+    """The launch relays the first error (the same JSON line as ``launch.record.record_error``)."""
     record = os.environ.get(NAMES.RECORD)
     if record:
         import json
@@ -103,24 +103,15 @@ def _start_time():
         return "?"
 
 
-#: the digest of ``_program`` (a Mersenne prime; the wrapper's ``watch.program`` computes the same)
-PROGRAM_MODULUS = (1 << 61) - 1
-
-
 def _program():
-    """What tells this program from one that replaces it in place: the auxiliary vector the kernel
-    wrote for this exec (its addresses are new on each exec under address-space randomisation), and
-    where randomisation is off the command line too, as a number in hex. A fork keeps both."""
+    """This program's check-in token, ``FD:NAME``: a memory file named uniquely, opened close-on-exec.
+    A fork keeps it; an exec in place closes it, whatever the address layout, so the program that
+    replaces this one lacks it until it checks in itself. ``""`` where memory files do not exist."""
+    name = f"otca-checkin-{os.urandom(6).hex()}"
     try:
-        with open("/proc/self/auxv", "rb") as handle:
-            data = handle.read()
-        with open("/proc/sys/kernel/randomize_va_space", "rb") as handle:
-            if handle.read().strip() == b"0":
-                with open("/proc/self/cmdline", "rb") as command:
-                    data += command.read()
-    except OSError:
+        return f"{os.memfd_create(name, os.MFD_CLOEXEC)}:{name}"
+    except (AttributeError, OSError):
         return ""
-    return format(int.from_bytes(data, "little") % PROGRAM_MODULUS, "x")
 
 
 def _check_in(program, shown):
@@ -193,7 +184,9 @@ def _what_runs():
             return f"-m {module}", (_module_file(module) if module != WORKER_MODULE else None), module, options
     if script == "-c":
         orig = getattr(sys, "orig_argv", None) or ["python", "-c", ""]
-        return f"python -c {orig[-len(sys.argv)][:60]!r}", None, None, None
+        program = orig[-len(sys.argv)].strip()
+        first = program.split("\n", 1)[0]
+        return f"python -c '{first[:60]}{' …' if len(first) > 60 or first != program else ''}'", None, None, None
     return script or "python", None, None, None
 
 
