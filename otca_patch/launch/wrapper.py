@@ -43,6 +43,7 @@ from ..config import OtcaConfig, parse_otca_args
 from ..files import shown_path
 from ..help_text import plain_text
 from ..hooks.errors import PatchError
+from ..hooks.copies import warn_unused_copies
 from ..hooks.explicit_targets import explicit_specs, not_overridden
 from ..hooks.prepare import rewritten
 from ..hooks.select import choose_spec
@@ -589,6 +590,7 @@ def preflight_launch(launch: Launch, workdir: Path) -> Checked:
     explicit = explicit_specs(config.otca_target, specs, workdir)
     text = command_text(launch.script, workdir, launch.command_line)
     launched = preflight(launch.script, workdir, text, not_overridden(specs, explicit, workdir))
+    warn_unused_copies(PROG, workdir, list(launched.values()), specs, config.otca_target)
     held = list(launched) + check_explicit(explicit)
     problem = None if held else unreachable(launch.script, workdir, text, specs, config)
     if problem:
