@@ -33,8 +33,6 @@ import time
 from pathlib import Path
 
 from .. import env_names
-from ..analysis.compare import compare, headlines
-from ..analysis.logs import LogError
 from ..config import parse_otca_args
 from ..help_text import plain_text
 from ..hooks.errors import PatchError
@@ -229,6 +227,9 @@ def run_sides(runs: list, options: dict, target: Path, private: list, checkout: 
 
 def write_comparison(out: Path) -> int:
     """``otca-patch compare`` of the two sides into ``out``/compare; prints its headlines and the report's path."""
+    from ..analysis.compare import compare, headlines  # here: numpy and the plots, which --help does not need
+    from ..analysis.logs import LogError
+
     try:
         report = compare([out / name for name, _ in SIDES], out / "compare", labels=[name for name, _ in SIDES])
     except LogError as exc:

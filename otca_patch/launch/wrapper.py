@@ -6,14 +6,14 @@ FlowGRPO's ``accelerate launch --config_file ... scripts/train_sd3.py --config c
 given unchanged after ``--``. (``scripts/otca_run.sh`` is this command for a checkout of otca-patch.)
 
 The upstream shell scripts pass fixed arguments to torchrun / accelerate, so the ``--otca*`` flags
-travel in ``$OTCA_PATCH_ARGS`` and the startup hook (``startup/sitecustomize.py``, put first on
-``PYTHONPATH``) turns each targeted trainer process into the layer's worker. Without ``--otca`` or
+travel in ``$OTCA_PATCH_ARGS``, and a start-up hook the launch puts first on ``PYTHONPATH`` turns
+each targeted trainer process into the layer's worker. Without ``--otca`` or
 ``--otca_observe`` the script runs exactly as published: no variable is set, no hook is installed.
 
 With the layer, before anything starts: the flags (the objectives' registry names and options, the
 weights against the launched trainer's objectives, target-only flags, the log folder), and the hook
 points of every targeted file the launch names (and of every ``--otca_target`` file) are checked; a
-launched script that is no target gets doctor's verdict on it (``hooks.coverage.classify``). While it
+launched script that is no target gets doctor's verdict on it. While it
 runs, nothing trains without the layer (docs/launch-guard.md): a Python process that never checks
 in with the launch (``python -I``, ``-E``, ``-S``, ``env -i``) stops the launch within seconds; in a
 process the layer did not patch, the first optimizer step raises, with doctor's verdict on the code;

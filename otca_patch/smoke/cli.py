@@ -26,15 +26,15 @@ from dataclasses import replace
 from pathlib import Path
 
 from .. import env_names
-from ..config import config_from_environment, environment_flags_note
+from ..config import OtcaConfig, config_from_environment, environment_flags_note
 from ..files import shown_path
 from ..flags import OneLineParser, add_flags, from_namespace
 from ..help_text import PlainDescriptionFormatter
 from ..hooks.checkout import check_upstream_dir
 from ..hooks.errors import PatchError
-from ..rewards.clip_libs import MissingPackage
 from ..runlog import LOG_NAME
 from ..hooks.spec import Smoke, load_specs
+from .sizes import SmokeSizes, size_help
 
 
 PROG = "otca-patch smoke"
@@ -99,15 +99,23 @@ def detect_target(upstream_dir: Path, targets: dict) -> str:
 
 
 def build_parser(sizes_type) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=PROG, description=__doc__,
-                                     formatter_class=PlainDescriptionFormatter)
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__, formatter_class=PlainDescriptionFormatter,
+                                     usage=f"{PROG} UPSTREAM_DIR OUT_DIR [--target NAME] [sizes] [--otca --otca_* ...]")
     parser.add_argument("upstream_dir", type=Path, help="upstream checkout, e.g. upstream/DanceGRPO")
     parser.add_argument("out_dir", type=Path, help="where upstream's outputs, the run log and smoke.json go")
-    parser.add_argument("--target", choices=sorted(smoke_targets()), help="default: detected from the checkout")
-    parser.add_argument("--probe", metavar="FILE.py:NAME", type=load_probe,
-                        help="tests: NAME(upstream_module, log_prob_index=...) wraps upstream's functions; its "
-                             "save(path) writes what it recorded (terms_rank<r>.pt)")
-    return add_flags(parser, sizes_type)
+    parser.add_argument("--target", choices=sorted(smoke_targets()), metavar="NAME",
+                        help="the smoke target: which trainer of the checkout runs (default: detected from the "
+                             "checkout), one of %(choices)s; for your copy of a trainer give --otca_target "
+                             "NAME=PATH as well")
+    # tests only: NAME(upstream_module, log_prob_index=...) wraps upstream's functions; its save(path)
+    # writes what it recorded (terms_rank<r>.pt)
+    parser.add_argument("--probe", metavar="FILE.py:NAME", type=load_probe, help=argparse.SUPPRESS)
+    sizes = parser.add_argument_group("sizes of the tiny run (a target's own: otca-patch smoke CHECKOUT OUT "
+                                      "--target NAME --help)")
+    add_flags(sizes, sizes_type, fallback_help=size_help)
+    layer = parser.add_argument_group("the layer's flags (as otca-patch launch takes them; none: vanilla)")
+    add_flags(layer, OtcaConfig)
+    return parser
 
 
 def main(argv=None) -> int:
@@ -125,10 +133,10 @@ def main(argv=None) -> int:
         peek.add_argument("--target")
         known, _ = peek.parse_known_args(rest)
         if known.upstream_dir is None:
-            build_parser(smoke_module(*next(iter((n, s) for n, (_, s) in targets.items()))).Sizes).parse_args(rest)  # usage
-        check_upstream_dir(known.upstream_dir)
+            build_parser(SmokeSizes).parse_args(rest)  # usage, or --help with the sizes every target has
         if known.target is not None:
             check_target_name(known.target, known.upstream_dir, targets)
+        check_upstream_dir(known.upstream_dir)
         config = with_explicit_targets(config, known.upstream_dir)
         name = known.target or detect_target(known.upstream_dir, targets)
         smoke = targets[name][1]
@@ -139,6 +147,7 @@ def main(argv=None) -> int:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
     args = build_parser(module.Sizes).parse_args(rest)
+    from ..rewards.clip_libs import MissingPackage  # here: imports torch, which --help does not need
     out_dir = args.out_dir.resolve()
     reward_root = out_dir / "tiny_rewards"
     try:
