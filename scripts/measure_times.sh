@@ -42,7 +42,9 @@ wall = float(end) - float(start)
 user, system = (float(x) for x in open(cpu_file).read().split()[-2:])
 shown = f"{wall / 60:.1f} min" if wall >= 120 else f"{wall:.1f} s"
 failed = "" if status == "0" else f"; FAILED (exit {status})"
-print(f"measure_times: {name:<6} wall {shown:>9} ({wall:.0f} s), CPU {user + system:.0f} s, "
+cpu = user + system
+cpu_shown = f"{cpu:.2f}" if cpu < 10 else f"{cpu:.0f}"  # a --help costs a fraction of a second
+print(f"measure_times: {name:<6} wall {shown:>9} ({wall:.0f} s), CPU {cpu_shown} s, "
       f"load {before} -> {after}{failed}", flush=True)
 EOF
   [ "$status" -eq 0 ] || tail -n 20 "$work/$name.log" | sed 's/^/  | /' >&2
