@@ -22,5 +22,9 @@ COMMAND = "OTCA_PATCH_COMMAND"
 #: the folder the command was started in: paths are printed relative to it
 STARTED_IN = "OTCA_STARTED_IN"
 
+#: set by ``otca-patch ab`` for its sides once it has warned of a copy of a trainer left unused
+#: (``hooks.copies``): each side's smoke or launch then does not say it again
+COPY_NOTE_SAID = "OTCA_COPY_NOTE_SAID"
+
 #: every variable the launch sets for the layer: none of them reaches a launch without ``--otca``
 LAYER = (ARGS, TARGETS, SHAPES, RECORD, COMMAND)

@@ -184,16 +184,17 @@ def _hints(cls) -> dict:
 
 
 def add_flags(parser: argparse.ArgumentParser, cls, *, skip: Iterable[str] = (),
-              defaults: Optional[dict] = None) -> argparse.ArgumentParser:
+              defaults: Optional[dict] = None, fallback_help: Optional[Callable] = None) -> argparse.ArgumentParser:
     """One flag per field of dataclass ``cls``. A flag not given is absent from the namespace (the
-    dataclass default applies), unless ``defaults`` gives it a value."""
+    dataclass default applies), unless ``defaults`` gives it a value. ``fallback_help(name)``: the
+    help of a field that has none of its own."""
     hints, defaults, skip = _hints(cls), dict(defaults or {}), set(skip)
     for f in fields(cls):
         if f.name in skip or not f.init:
             continue
         meta = f.metadata
         shown = defaults.get(f.name, f.default if f.default is not MISSING else None)
-        help_text = meta.get("help", "")
+        help_text = meta.get("help") or (fallback_help(f.name) if fallback_help else "")
         if shown not in (None, "", False) and not callable(shown):
             help_text += f" (default: {_format(f, hints[f.name], shown)})"
         default = defaults.get(f.name, argparse.SUPPRESS)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import textwrap
 
 _LITERAL = re.compile(r"``(.+?)``", re.S)
 _ROLE = re.compile(r":[a-z]+:`([^`]+)`")
@@ -15,12 +16,22 @@ def plain_text(text: str) -> str:
     return _ROLE.sub(r"\1", _LITERAL.sub(r"\1", text))
 
 
+class _ListWrapper(textwrap.TextWrapper):
+    """Wraps at spaces and after the commas of a comma-separated list (``multi_grpo,sum_raw,...``), so
+    a list of names breaks between names, never inside one."""
+
+    wordsep_simple_re = re.compile(r"(\s+|(?<=,)(?=[^\s,]))")
+
+
 class _Plain:
     def _format_text(self, text):
         return super()._format_text(plain_text(text))
 
     def _expand_help(self, action):
         return plain_text(super()._expand_help(action))
+
+    def _split_lines(self, text, width):
+        return _ListWrapper(width, break_on_hyphens=False).wrap(self._whitespace_matcher.sub(" ", text).strip())
 
 
 class PlainHelpFormatter(_Plain, argparse.HelpFormatter):

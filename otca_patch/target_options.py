@@ -17,7 +17,7 @@ from .flags import flag
 class TargetOptions:
     """The target-only flags (each one's help says which targets take it)."""
 
-    otca_final_state: str = flag("DanceGRPO samplers: TCD's final state z_T is the last latent ('latent', the spec) "
+    otca_final_state: str = flag("DanceGRPO samplers: TCD's final state z_T is the last latent ('latent', the paper's) "
                                  "or the last step's predicted clean sample that upstream decodes and scores "
                                  "('prediction')", "latent", choices=("latent", "prediction"))
     otca_video_frames: int = flag("video targets: frames per video (evenly spaced) that image objectives of the "

@@ -1,4 +1,10 @@
-"""The ``otca-patch`` entry point and the built-in credit example."""
+"""The ``otca-patch`` entry point, every command's ``--help`` and the built-in credit example."""
+import argparse
+import re
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from otca_patch.cli import COMMANDS, main
@@ -83,3 +89,83 @@ def test_a_mistyped_smoke_target_gets_one_line_with_did_you_mean(tmp_path, capsy
     err = capsys.readouterr().err
     assert "did you mean dancegrpo-flux?" in err
     assert "usage:" not in err and len(err.strip().splitlines()) == 1
+
+
+#: what a user's help must not show: the package's module paths (``python -m otca_patch.smoke`` is a
+#: command and stays), the start-up hook's file, and the spec's or the paper's section numbers
+INTERNAL_NAMES = re.compile(r"otca_patch[./](?!smoke\b)|\bhooks\.\w|sitecustomize|\bspec (?:section )?\d|"
+                            r"\bApp\. [A-Z]|the MGDA reading")
+
+
+def help_parsers(name: str, monkeypatch, capsys) -> tuple[str, list[argparse.ArgumentParser]]:
+    """``otca-patch NAME --help``'s text and every argparse parser whose help it formatted."""
+    formatted = []
+    original = argparse.ArgumentParser.format_help
+
+    def recording(parser):
+        formatted.append(parser)
+        return original(parser)
+
+    monkeypatch.setattr(argparse.ArgumentParser, "format_help", recording)
+    try:
+        code = main([name, "--help"])
+    except SystemExit as exc:
+        code = exc.code
+    assert code == 0
+    return capsys.readouterr().out, formatted
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_every_flag_of_every_command_says_what_it_does(name, monkeypatch, capsys):
+    out, parsers = help_parsers(name, monkeypatch, capsys)
+    for parser in parsers:
+        for action in parser._actions:
+            if action.help == argparse.SUPPRESS:
+                continue
+            said = re.sub(r"\(default: .*?\)", "", action.help or "").strip()
+            assert said, f"otca-patch {name}: {'/'.join(action.option_strings) or action.dest} has no description"
+    internal = INTERNAL_NAMES.search(out)
+    assert internal is None, f"otca-patch {name} --help shows {out[max(internal.start() - 60, 0):internal.end() + 20]!r}"
+
+
+def test_help_wraps_a_list_of_names_between_names(monkeypatch, capsys):
+    from otca_patch.demo.variants import ABLATION_ORDER
+
+    out, _ = help_parsers("ablate", monkeypatch, capsys)
+    shown = out[out.index("\n  --modes MODES"):out.index("\n  --seeds SEEDS")]  # the flag's help, not the usage
+    listed = re.sub(r"\s+", "", shown[shown.index("(default: ") + len("(default: "):shown.rindex(")")])
+    assert listed.split(",") == ["multi_grpo"] + [m for m in ABLATION_ORDER if m != "multi_grpo"]
+    broken = [line for line in shown.splitlines() if re.search(r"[a-z0-9_]$", line) and "," in line.split()[-1]]
+    assert not broken, f"a mode name is broken across lines: {broken}"
+
+
+def test_smoke_help_hides_the_test_probe_and_shows_the_layer_flags(capsys):
+    try:
+        main(["smoke", "--help"])
+    except SystemExit:
+        pass
+    out = capsys.readouterr().out
+    assert "--probe" not in out
+    for flag in ("--otca ", "--otca_observe", "--otca_rewards", "--otca_mode", "--otca_target"):
+        assert flag in out, f"otca-patch smoke --help does not show {flag.strip()}"
+
+
+def test_help_imports_neither_torch_nor_the_plotting_and_model_libraries():
+    """Each ``otca-patch COMMAND --help`` answers without importing torch, matplotlib or diffusers (their
+    import costs seconds of CPU); in a fresh interpreter, command after command."""
+    probe = ("import contextlib, io, sys\n"
+             "from otca_patch.cli import COMMANDS, main\n"
+             "for name in COMMANDS:\n"
+             "    with contextlib.redirect_stdout(io.StringIO()):\n"
+             "        try:\n"
+             "            main([name, '--help'])\n"
+             "        except SystemExit:\n"
+             "            pass\n"
+             "    heavy = [m for m in ('torch', 'matplotlib', 'diffusers', 'transformers') if m in sys.modules]\n"
+             "    print(name, *heavy)\n")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=600,
+                          cwd=Path(__file__).resolve().parents[1])
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = [line.split() for line in done.stdout.splitlines()]
+    assert [row[0] for row in rows] == list(COMMANDS)
+    assert [row for row in rows if len(row) > 1] == [], "these commands' --help imported a heavy library"

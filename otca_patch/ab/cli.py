@@ -32,10 +32,10 @@ import sys
 import time
 from pathlib import Path
 
-from ..analysis.compare import compare, headlines
-from ..analysis.logs import LogError
+from .. import env_names
 from ..config import parse_otca_args
 from ..help_text import plain_text
+from ..hooks.errors import PatchError
 from .workdir import cwd_outputs, make_working_copy, output_dirs_of
 
 PROG = "otca-patch ab"
@@ -132,6 +132,7 @@ def main(argv=None) -> int:
     except ValueError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
+    warn_of_copies(options, target, checkout)
     out.mkdir(parents=True, exist_ok=True)
     code = run_sides(runs, options, target, private, checkout, out)
     return code if code != 0 else write_comparison(out)
@@ -160,6 +161,33 @@ def checked_target(options: dict, checkout: Path) -> tuple[Path, list]:
         print(f"{PROG}: warning: the launch script sets no --seed; the sides will not share their noise",
               file=sys.stderr)
     return target, private
+
+
+def warn_of_copies(options: dict, target: Path, checkout: Path) -> None:
+    """Once, before the sides run: a copy of the trainer that runs, left unused beside it
+    (``hooks.copies``); the sides then do not say it again."""
+    from ..hooks.copies import warn_unused_copies
+    from ..hooks.explicit_targets import not_overridden
+    from ..hooks.spec import load_specs
+
+    config, rest = parse_otca_args(options["flags"])
+    specs = load_specs()
+    try:
+        if options["smoke"]:
+            from ..smoke.cli import detect_target, smoke_targets
+
+            smokes = smoke_targets()
+            named = next((rest[i + 1] for i, token in enumerate(rest[:-1]) if token == "--target"), None)
+            running, where = [smokes[named or detect_target(target, smokes)][0]], target
+        else:
+            from ..launch.wrapper import preflight
+
+            running = list(preflight(target, checkout, None, not_overridden(specs, [], checkout)).values())
+            where = checkout
+    except (KeyError, ValueError, PatchError, SyntaxError):
+        return  # the side that runs says what is wrong
+    warn_unused_copies(PROG, where, running, specs, [str(Path(where) / path) for path in config.otca_target])
+    os.environ[env_names.COPY_NOTE_SAID] = "1"
 
 
 def new_side_runs(out: Path, seeds: list[int] | None) -> list[tuple[str, str, Path, int | None]]:
@@ -199,6 +227,9 @@ def run_sides(runs: list, options: dict, target: Path, private: list, checkout: 
 
 def write_comparison(out: Path) -> int:
     """``otca-patch compare`` of the two sides into ``out``/compare; prints its headlines and the report's path."""
+    from ..analysis.compare import compare, headlines  # here: numpy and the plots, which --help does not need
+    from ..analysis.logs import LogError
+
     try:
         report = compare([out / name for name, _ in SIDES], out / "compare", labels=[name for name, _ in SIDES])
     except LogError as exc:

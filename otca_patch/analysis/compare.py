@@ -5,7 +5,8 @@ Each RUN is a folder holding the layer's run_log.jsonl (or, for a run without th
 upstream's reward.txt), or one of those files, or a folder of such folders (several seeds of one
 side, as `otca-patch ab --seeds` writes). The first RUN is the reference: every other one is
 compared with it, per objective and on the balanced score, as a difference with a 95% interval and
-a verdict (no detectable difference / negligible / better / worse; see the report for the method).
+a verdict (better / worse / no detectable difference / negligible / not decided; see the report for
+the method).
 When the runs kept samples (the layer keeps rank 0's first and latest step's), the report opens with
 samples.png: one row per run, its samples at the first and the last step.
 All runs must log the same objectives; --objectives compares a common subset instead. A run still

@@ -22,7 +22,7 @@ from scipy import stats
 
 from .intervals import mean_interval
 from .logs import Run
-from .verdict import BETTER, NONE, WORSE, classify
+from .verdict import BETTER, UNDECIDED, WORSE, classify
 
 
 @dataclass
@@ -118,7 +118,7 @@ def compare_sides(reference: list[Run], candidate: list[Run], series, names: lis
                                      for which, h in zip(("first", "second"), halves))
                     notes.append(f"{verdict} over the whole run, but not in both halves ({text}): "
                                  "the gap depends on where the run stops")
-                    verdict = NONE
+                    verdict = UNDECIDED
         out.append(Difference(name, float(ref_side[q]), float(cand_side[q]), interval["mean"], interval["low"],
                               interval["high"], threshold, verdict, method, notes))
     return out

@@ -9,7 +9,7 @@ import math
 import numpy as np
 from scipy import stats
 
-from .verdict import BETTER, NEGLIGIBLE, NONE, WORSE, classify, direction, threshold_text
+from .verdict import BETTER, NEGLIGIBLE, NONE, UNDECIDED, WORSE, classify, direction, threshold_text, undecided_text
 
 
 def mean_interval(values, threshold: float | None = None) -> dict:
@@ -43,9 +43,17 @@ def pareto_verdict(differences: dict, candidate: str, reference: str, thresholds
     better = [k for k, s in signs.items() if s > 0]
     worse = [k for k, s in signs.items() if s < 0]
     negligible = [k for k, v in verdicts.items() if v == NEGLIGIBLE]
+    open_ = [k for k, v in verdicts.items() if v == UNDECIDED]
     stated = "; practical thresholds " + ", ".join(f"{k} {threshold_text(limits[k])}" for k in differences)
     small = (f" The differences on {', '.join(negligible)} exclude 0 but lie within the practical threshold: "
              "negligible." if negligible else "")
+    if open_ and not (better and worse):  # a label the next seeds could change: the effects say it instead
+        runs = max((differences[k].get("n") or 0 for k in open_), default=0)
+        effects = ", ".join(f"{k} {_effect(differences[k])}" for k in open_)
+        decided = "; ".join(f"{verdicts[k]} on {k}" for k in differences if k not in open_)
+        return (f"{undecided_text(runs).capitalize()}: the 95% interval of `{candidate}` - `{reference}` reaches "
+                f"across the practical threshold on {effects}{f' ({decided})' if decided else ''}; more seeds "
+                f"decide it ({stated[2:]}).")
     if better and not worse:
         return (f"`{candidate}` Pareto-dominates `{reference}`: better on {', '.join(better)} (95% interval above 0 "
                 f"and beyond the practical threshold), not worse on any objective.{small} ({stated[2:]}.)")
@@ -62,8 +70,16 @@ def pareto_verdict(differences: dict, candidate: str, reference: str, thresholds
                 if unseparated else "")
         return (f"No practical difference: `{candidate}` - `{reference}` is neither better nor worse on any "
                 f"objective.{small}{rest} ({stated[2:]}.)")
+    if all(limit is not None and math.isfinite(limit) for limit in limits.values()):
+        return (f"No practical difference: every objective's 95% interval of `{candidate}` - `{reference}` "
+                f"contains 0 and lies within the practical threshold ({stated[2:]}).")
     return (f"Not separated: every objective's 95% interval of `{candidate}` - `{reference}` contains 0 "
             f"at this number of seeds ({stated[2:]}).")
+
+
+def _effect(interval: dict) -> str:
+    """``+0.012 [-0.004, +0.028]``: the mean difference and its 95% interval."""
+    return f"{interval['mean']:+.3f} [{interval['low']:+.3f}, {interval['high']:+.3f}]"
 
 
 def plain_line(differences: dict, objectives, candidate: str, reference: str) -> str:
@@ -72,17 +88,21 @@ def plain_line(differences: dict, objectives, candidate: str, reference: str) ->
     -0.016, edges no difference, more drift -> no gain here"``. An objective is named with its mean
     when it is better or worse (interval off 0 and beyond the threshold), else "negligible" or "no
     difference"; the drift when its interval is off 0; the conclusion follows ``pareto_verdict``'s rule."""
-    parts, signs = [], []
+    parts, signs, undecided, runs = [], [], [], 0
     for name in objectives:
         d = differences[name]
         verdict = classify(d["low"], d["high"], d.get("threshold"))
         signs.append({BETTER: 1, WORSE: -1}.get(verdict, 0))
-        parts.append(f"{name} {d['mean']:+.3f}".replace("-", "\u2212") if verdict in (BETTER, WORSE)
+        undecided.append(verdict == UNDECIDED)
+        runs = max(runs, d.get("n") or 0)
+        parts.append(f"{name} {d['mean']:+.3f}".replace("-", "\u2212") if verdict in (BETTER, WORSE, UNDECIDED)
                      else f"{name} {'negligible' if verdict == NEGLIGIBLE else 'no difference'}")
     drift = differences.get("drift")
     if drift is not None and classify(drift["low"], drift["high"], None) != NONE:
         parts.append("more drift" if drift["low"] > 0 else "less drift")
-    if 1 in signs and -1 not in signs:
+    if any(undecided) and not (1 in signs and -1 in signs):  # the next seeds could change the label
+        conclusion = undecided_text(runs)
+    elif 1 in signs and -1 not in signs:
         conclusion = "a gain"
     elif -1 in signs and 1 not in signs:
         conclusion = "no gain here (worse)"

@@ -8,7 +8,7 @@ from .difference import Difference
 from .logs import Run
 from .metrics import RunScores, Standardiser
 from .sides import Side
-from .verdict import BETTER, NEGLIGIBLE, NONE, WORSE
+from .verdict import BETTER, NEGLIGIBLE, NONE, UNDECIDED, WORSE
 
 
 def final_means(run: Run, window: int) -> np.ndarray:
@@ -44,6 +44,8 @@ def _verdict_words(diff: Difference, candidate: str, reference: str) -> str:
         return f"**{candidate} worse**"
     if diff.verdict == NEGLIGIBLE:
         return "negligible (real, within the threshold)"
+    if diff.verdict == UNDECIDED:
+        return f"{UNDECIDED} (the 95% interval reaches across the practical threshold: more seeds decide it)"
     return NONE
 
 
@@ -71,9 +73,11 @@ def verdict_section(sides: list[Side], differences: dict, cycle: tuple, window: 
         lines.append("")
     several = any(s.count > 1 for s in sides)
     lines += [f"Columns 2-3: each side's mean over the steps both sides logged{' (and over its runs)' if several else ''}. "
-              f"A difference is **no detectable difference** when its 95% interval contains 0, **negligible** when "
-              f"it excludes 0 but lies wholly within the practical threshold (+-{threshold:g} sigma of the "
-              "objective; the balanced score's unit is one sigma; `--threshold` changes it), else better or worse."]
+              f"A difference is **better** or **worse** when its 95% interval lies wholly beyond the practical "
+              f"threshold (+-{threshold:g} sigma of the objective; the balanced score's unit is one sigma; "
+              "`--threshold` changes it), **no detectable difference** when it contains 0 and lies wholly within, "
+              "**negligible** when it lies wholly within and excludes 0, else **not decided** (it reaches across "
+              "the threshold: more seeds decide it)."]
     if not several:
         lines.append(f"Stretches of {_steps(block)}: {how}.")
     lines += [f"Final scores and steps to reach use the last {_steps(window)}.", ""]

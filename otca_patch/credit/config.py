@@ -55,31 +55,31 @@ class CreditConfig:
     objective_weights: Optional[tuple[float, ...]] = flag(
         "s_k per objective column, comma-separated, in the order of the expanded names (upstream.vq, "
         f"videoalign.mq, ...; each in [0, {MAX_OBJECTIVE_WEIGHT:g}], not all 0; default: all 1)", None)
-    std_scope: str = flag("std that normalises rewards: 'group' (the spec) or 'batch' (one std over the whole "
+    std_scope: str = flag("std that normalises rewards: 'group' (the paper's) or 'batch' (one std over the whole "
                           "batch, with the group's mean: FlowGRPO's global_std)", "group", choices=STD_SCOPES)
-    weight_scope: str = flag("TCD step weights from each sample's step shares ('sample', the spec) or the batch's "
-                             "mean shares ('batch': a timestep-schedule control, spec 1.6)", "sample",
+    weight_scope: str = flag("TCD step weights from each sample's step shares ('sample', the paper's) or the batch's "
+                             "mean shares ('batch': the timestep schedule alone, a control)", "sample",
                              choices=WEIGHT_SCOPES)
-    explore_center: bool = flag("MOCA exploration strength from |q - mean_g(q)| instead of |q| (spec 3.6)", False)
-    fusion: str = flag("MOCA fusion: per sample ('sample', the spec) or one exact minimum-norm mixture per group "
-                       "('group', the MGDA reading, spec 3.7)", "sample", choices=FUSIONS)
-    explore_scale: str = flag("MOCA exploration bias: beta*tanh(e) ('absolute', the spec) or that times the sample's "
+    explore_center: bool = flag("MOCA exploration strength from |q - mean_g(q)| instead of |q| (docs/credit.md 3.6)", False)
+    fusion: str = flag("MOCA fusion: per sample ('sample', the paper's) or one exact minimum-norm mixture per "
+                       "prompt group ('group', docs/credit.md 3.7)", "sample", choices=FUSIONS)
+    explore_scale: str = flag("MOCA exploration bias: beta*tanh(e) ('absolute', the paper's) or that times the sample's "
                               "largest objective advantage ('max_advantage', docs/credit.md 3.8)", "absolute",
                               choices=EXPLORE_SCALES)
-    reward_scale: str = flag("each objective divided by its group's std ('group', the spec) or each raw reward by "
+    reward_scale: str = flag("each objective divided by its group's std ('group', the paper's) or each raw reward by "
                              "its std over a running window of recent rewards, compute_credit's reward_window, then "
-                             "only the group's mean subtracted ('window', spec 2.1, App. A.5)", "group",
+                             "only the group's mean subtracted ('window', docs/credit.md 2.1)", "group",
                              choices=REWARD_SCALES, library_only=True)
     objective_timing: str = flag("spread each objective's share of the combined advantage over the steps by when "
                                  "that objective is decided ('probe': by the map compute_credit's timing_map, "
                                  "docs/credit.md 9.3; the mode's own rule until a map is measured) or not ('off', "
-                                 "the spec); a trainer target takes it once it has the probe", "off",
+                                 "the paper's); a trainer target takes it once it has the probe", "off",
                                  choices=OBJECTIVE_TIMINGS)
     timing_floor: float = flag("smallest per-objective step weight under objective_timing=probe, in [0, 1] "
                                "(1: uniform)", 0.5)
-    coca_alpha: float = flag("CoCA's temporal_alpha, in [0, 1], for the comparison mode coca (spec 8.1)", 0.0,
+    coca_alpha: float = flag("CoCA's temporal_alpha, in [0, 1], for the comparison mode coca (docs/credit.md 8.1)", 0.0,
                              library_only=True)
-    coca_window: int = flag("CoCA's window of steps (it must divide T) for the comparison mode coca (spec 8.1)", 1,
+    coca_window: int = flag("CoCA's window of steps (it must divide T) for the comparison mode coca (docs/credit.md 8.1)", 1,
                             library_only=True)
 
     def __post_init__(self) -> None:

@@ -8,19 +8,19 @@ from __future__ import annotations
 
 import argparse
 
-import torch
-
 from ..help_text import PlainHelpFormatter
 from . import modes
 from .config import FUSIONS, MODES, WEIGHT_SCOPES, CreditConfig
-from .engine import compute_credit
-from .groups import group_ids_from_size
 
 OBJECTIVES = ("colour", "brightness", "contrast")
 
 
 def example_batch(seed: int = 0, steps: int = 8, group_size: int = 4, prompts: int = 2):
     """(rewards [B, 3], latents [B, steps+1, 16, 16], group_ids [B]) with uneven per-step progress."""
+    import torch  # here, not above: `otca-patch credit --help` does not pay for torch
+
+    from .groups import group_ids_from_size
+
     generator = torch.Generator().manual_seed(seed)
     batch = group_size * prompts
     noise = torch.randn(batch, 16, 16, generator=generator)
@@ -42,12 +42,21 @@ def _row(values) -> str:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="otca-patch credit", description=__doc__, formatter_class=PlainHelpFormatter)
-    parser.add_argument("--mode", choices=MODES, default="otca")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--weight_scope", choices=WEIGHT_SCOPES, default="sample")
-    parser.add_argument("--explore_center", action="store_true")
-    parser.add_argument("--fusion", choices=FUSIONS, default="sample")
+    parser.add_argument("--mode", choices=MODES, default="otca",
+                        help="credit mode, as --otca_mode of a launch (default: %(default)s)")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="seed of the example's rewards and trajectories (default: %(default)s)")
+    parser.add_argument("--weight_scope", choices=WEIGHT_SCOPES, default="sample",
+                        help="TCD step weights from each sample's own progress ('sample') or the batch's mean "
+                             "progress ('batch') (default: %(default)s)")
+    parser.add_argument("--explore_center", action="store_true",
+                        help="MOCA's exploration strength from each advantage's distance to its group's mean")
+    parser.add_argument("--fusion", choices=FUSIONS, default="sample",
+                        help="MOCA's mixture per sample ('sample') or one per prompt group ('group') "
+                             "(default: %(default)s)")
     args = parser.parse_args(argv)
+    from .engine import compute_credit
+
     rewards, latents, group_ids = example_batch(args.seed)
     config = CreditConfig(mode=args.mode, weight_scope=args.weight_scope, explore_center=args.explore_center,
                           fusion=args.fusion)

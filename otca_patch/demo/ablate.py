@@ -18,10 +18,10 @@ from otca_patch.flags import add_flags, from_namespace
 from otca_patch.help_text import PlainHelpFormatter
 
 from .config import DemoConfig
-from .regimes import regime_names
-from .report import interval, plot_result_timing, timing_lines
-from ..analysis.intervals import mean_interval, pareto_verdict, plain_line
 from .variants import ABLATION_ORDER, PEERS, VARIANTS, short_name
+
+# the regimes, the report and the intervals import torch and scipy: each function below imports what it
+# uses, so that `otca-patch ablate --help` does not pay for them
 
 #: The reference of the paired differences: the fair vanilla (per-reward normalisation).
 REFERENCE = "multi_grpo"
@@ -47,6 +47,9 @@ def main(argv=None) -> int:
     parser, argv, args, code = parse(build_parser, argv)
     if args is None:
         return code
+    from .regimes import regime_names
+    from .report import plot_result_timing
+
     try:
         config = from_namespace(DemoConfig, args)
         from .variants import check_available
@@ -110,6 +113,8 @@ DECOMPOSITION = (
 )
 def _paired(result: dict, candidate: str, reference: str) -> dict:
     """``candidate - reference`` per seed for every table column, mean [95% t-interval] with the thresholds."""
+    from ..analysis.intervals import mean_interval
+
     objectives = result["objectives"]
     by = {(r["mode"], r["seed"]): r for r in result["runs"]}
     value = lambda run, c: run["gap_closed"][c] if c in objectives else run[c]  # noqa: E731
@@ -121,6 +126,8 @@ def add_decomposition(result: dict) -> None:
     """``result["decomposition"]``: the rows of ``DECOMPOSITION`` whose two modes ran (``from``, ``to``,
     ``step``, ``differences`` per column, ``verdict``, ``plain``); ``result["below_base"]``: per mode, the
     objectives whose gap closed has its 95% interval below 0 (pushed below the base model)."""
+    from ..analysis.intervals import pareto_verdict, plain_line
+
     modes, objectives = result["modes"], result["objectives"]
     rows = []
     for reference, candidate, step in DECOMPOSITION:
@@ -168,6 +175,8 @@ def add_peer_comparisons(result: dict, candidate: str = "otca") -> None:
     """``result["peer_comparisons"]``: ``candidate`` minus each peer that ran, paired by seed (every
     column, mean [95% t-interval], with the practical threshold of ``result["thresholds"]``), and
     ``result["peer_verdicts"]`` from ``stats.pareto_verdict`` (the rule ``compare`` uses)."""
+    from ..analysis.intervals import mean_interval, pareto_verdict
+
     modes, seeds, objectives = result["modes"], result["seeds"], result["objectives"]
     result["peer_comparisons"], result["peer_verdicts"] = {}, {}
     if candidate not in modes:
@@ -194,6 +203,8 @@ _DIAGNOSTIC_HEADS = ("grad. conflict (share of updates)", "worst cosine")
 
 
 def _cells(row: dict, objectives: list) -> list:
+    from .report import interval
+
     return ([interval(row[c]) for c in objectives + ["mean_gap_closed"]] + [interval(row["drift"], 4)]
             + [interval(row[c]) if c in row else "n/a" for c in ("gradient_conflict", "worst_cosine")])
 
@@ -243,6 +254,8 @@ def render_decomposition(result: dict) -> str:
 def render_headline(results: dict) -> str:
     """The decomposition of every regime in one table (``{regime: result}``): per step and regime, each
     objective's paired difference, the mean gap closed, the drift and the plain verdict."""
+    from .report import interval
+
     lines = ["| regime | step | difference | objectives (paired difference of gap closed) | mean gap closed | drift | "
              "reading |", "|---|---|---|---|---:|---:|---|"]
     for name, result in results.items():
@@ -259,12 +272,16 @@ def render_headline(results: dict) -> str:
 
 def below_base_lines(result: dict) -> list:
     """One line per mode that pushed an objective below the base model (interval below 0)."""
+    from .report import interval
+
     return [f"- `{mode}` lowers " + ", ".join(f"{k} to {interval(v)}" for k, v in hurt.items())
             + " (gap closed, 95% interval below 0: below the base model)"
             for mode, hurt in result.get("below_base", {}).items() if hurt]
 
 
 def render_markdown(result: dict, command: str) -> str:
+    from .report import interval, timing_lines
+
     cfg, seeds = result["config"], result["seeds"]
     regime = result.get("regime", "conflicting")
     peers = ["", "OTCA minus each peer, paired by seed (what the intervals say about where OTCA stands):", "",

@@ -24,14 +24,14 @@ class DemoConfig:
     """
 
     out: str = flag("output folder (report, plots, cached base model)", "runs/demo")
-    modes: str = flag("comma-separated credit variants to compare (a mode of otca_patch.credit or a control of "
-                       "otca_patch.demo.variants); the first one is the reference", "multi_grpo,otca")
+    modes: str = flag("comma-separated credit variants to compare (a credit mode, as --otca_mode takes it, or a "
+                       "control of docs/demo.md); the first one is the reference", "multi_grpo,otca")
     seeds: str = flag("comma-separated GRPO seeds (prompts, initial and SDE noise; the same for every variant, "
                        "so runs are paired by seed)", "0,1,2,3")
     regime: str = flag("task regime: conflicting (palette, shape, edges: the objectives disagree on many samples) or "
                         "agreeing (palette, shape, fidelity: they mostly agree) or hacking (palette, shape, vividness: vividness "
                         "can be raised past the clean render at the others' cost); both (conflicting and agreeing) or all "
-                        "(ablate only) runs each in turn (otca_patch/demo/regimes.py)", "conflicting",
+                        "(ablate only) runs each in turn (docs/demo.md)", "conflicting",
                         choices=("conflicting", "agreeing", "hacking", "both", "all"))
     # --- base model (cached under the base cache folder by a hash of these fields)
     base_seed: int = flag("seed of the base model's initialisation and pre-training", 0)

@@ -1,5 +1,5 @@
 """``otca-patch proxy``: does TCD's latent progress ``dS`` track each step's real reward gain ``dR``,
-and does it do better than trajectory-blind controls? (spec section 7, the paper's Table 5). Runs on
+and does it do better than trajectory-blind controls? (docs/credit.md 7, the paper's Table 5). Runs on
 the demo's base model by default, or on any saved trajectory set (``--trajectories FILE.pt``).
 
 Trajectory file format (``torch.save`` of a dict; loaded with ``weights_only=True``):
@@ -25,10 +25,7 @@ import shlex
 import sys
 from pathlib import Path
 
-import torch
-
 from ..help_text import PlainDescriptionFormatter
-from .proxy import PAPER_TABLE5, format_rows, proxy_rows, residual_pearson
 
 from .cli import fail, parse
 from otca_patch.flags import add_flags, from_namespace
@@ -40,7 +37,7 @@ DEFAULTS = {"out": "runs/proxy", "base_cache": "runs/demo", "sampling_steps": 16
 _UNUSED = ("modes", "seeds", "grpo_steps", "prompts_per_step", "group_size", "init_same_noise", "timestep_fraction",
            "clip_range", "adv_clip_max", "learning_rate", "weight_decay", "max_grad_norm", "micro_batch",
            "grad_accum", "eval_every", "eval_prompts", "eval_samples_per_prompt", "eval_seed", "workers")
-#: dR definitions (spec section 7): the predicted clean sample of each state, or the latent itself.
+#: dR definitions (docs/credit.md 7): the predicted clean sample of each state, or the latent itself.
 DEFINITIONS = {"rewards": "prediction", "rewards_latent": "latent"}
 
 
@@ -66,6 +63,8 @@ def load_trajectory_file(path) -> dict:
 
     Raises ``ValueError`` naming the file and the key for anything missing or malformed.
     """
+    import torch
+
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"--trajectories: no such file: {path}")
@@ -84,6 +83,8 @@ def load_trajectory_file(path) -> dict:
 def trajectories_from_dict(data: dict, source: str = "trajectories") -> dict:
     """The checked analysis inputs: ``delta_s [N, T]``, ``delta_r`` (``{definition: [N, T, K]}``),
     ``reward_names`` and ``sigmas`` (``[T+1]`` or ``None``)."""
+    import torch
+
     from otca_patch.credit import similarity_to_final, step_progress
 
     def tensor(key):
@@ -148,6 +149,8 @@ def demo_trajectories(config: DemoConfig, n: int, seed: int, log=print) -> dict:
     definitions of the state: ``rewards`` (the predicted clean sample made at ``z_t``) and
     ``rewards_latent`` (``z_t`` itself). The last state of both is the image the trainer scores: the
     last step's predicted clean sample (``Rollout.final_clean``), not the noisy last latent."""
+    import torch
+
     from .data import sample_prompts
     from .experiment import configure_torch
     from .model import unpack
@@ -179,6 +182,8 @@ def demo_trajectories(config: DemoConfig, n: int, seed: int, log=print) -> dict:
 def analyse(trajectories: dict) -> dict:
     """``{"rows": proxy_rows(...), "residual_pearson": float, "residual_pearson_by_definition": {...}}``
     on the summed rewards."""
+    from .proxy import proxy_rows, residual_pearson
+
     delta_s = trajectories["delta_s"]
     summed = {definition: d.sum(dim=-1) for definition, d in trajectories["delta_r"].items()}
     residual = {definition: residual_pearson(delta_s, d) for definition, d in summed.items()}
@@ -190,6 +195,8 @@ def main(argv=None) -> int:
     parser, argv, args, code = parse(build_parser, argv)
     if args is None:
         return code
+    from .proxy import PAPER_TABLE5, format_rows
+
     try:
         if args.num_trajectories < 1:
             raise ValueError(f"--num_trajectories: must be >= 1, got {args.num_trajectories}")
@@ -219,7 +226,7 @@ def main(argv=None) -> int:
     residual = ", ".join(f"{d} {v:+.3f}" for d, v in analysis["residual_pearson_by_definition"].items())
     command = " ".join(["otca-patch proxy"] + [shlex.quote(a) for a in argv])
     report = "\n".join([
-        "# Proxy validity of TCD's progress (spec section 7, paper Table 5), with controls", "",
+        "# Proxy validity of TCD's progress (docs/credit.md 7, the paper's Table 5), with controls", "",
         f"Command: `{command}`. Source: {source}; {n} trajectories x {t} steps; dR of the summed rewards "
         f"({', '.join(trajectories['reward_names'])}).", "",
         "dS[t] = cos(z_t, z_T) - cos(z_{t-1}, z_T) against dR[t] = R(state_t) - R(state_{t-1}), per trajectory then "

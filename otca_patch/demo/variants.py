@@ -32,7 +32,6 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-import torch
 
 from otca_patch.credit import MODES, CreditConfig, modes
 
@@ -128,6 +127,8 @@ def check_available(names) -> None:
 
 def engine_rewards(variant: Variant, rewards: torch.Tensor, raw_scales) -> torch.Tensor:
     """The rewards ``[B, K]`` the engine sees: times the regime's ``raw_scales [K]`` for ``raw_rewards`` variants."""
+    import torch  # here: `otca-patch ablate --help` reads this module's names without torch
+
     return rewards * torch.as_tensor(raw_scales, dtype=rewards.dtype) if variant.raw_rewards else rewards
 
 

@@ -60,12 +60,13 @@ def build_parser() -> argparse.ArgumentParser:
                         help="NAME=PATH[,NAME=PATH] (default: each reward's OTCA_CKPT_* variable)")
     parser.add_argument("--reward_opt", type=_reward_options, action="append", default=[],
                         help="NAME.KEY=VALUE[,...] options for a reward's loader")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--batch_size", type=int, default=4)
+    parser.add_argument("--seed", type=int, default=0,
+                        help="the prompt on line i gets seed --seed + i, whatever batch it falls in (default: 0)")
+    parser.add_argument("--batch_size", type=int, default=4, help="images generated at once (default: 4)")
     parser.add_argument("--num_steps", type=int, default=28, help="sampling steps")
     parser.add_argument("--guidance", type=float, default=3.5, help="FLUX-dev's distilled guidance")
-    parser.add_argument("--height", type=int, default=1024)
-    parser.add_argument("--width", type=int, default=1024)
+    parser.add_argument("--height", type=int, default=1024, help="image height in pixels (default: 1024)")
+    parser.add_argument("--width", type=int, default=1024, help="image width in pixels (default: 1024)")
     parser.add_argument("--max_sequence_length", type=int, default=512, help="T5 tokens per prompt")
     parser.add_argument("--dtype", choices=sorted(DTYPES), help="default: bf16 on CUDA, fp32 on CPU")
     parser.add_argument("--device", help="default: cuda if available, else cpu")

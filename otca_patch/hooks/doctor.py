@@ -124,7 +124,7 @@ def format_report(upstream_dir: Path, rows: list[dict]) -> str:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="otca-patch doctor", description=__doc__, formatter_class=PlainHelpFormatter)
     parser.add_argument("upstream_dir", type=Path, help="an upstream checkout (e.g. upstream/DanceGRPO)")
-    parser.add_argument("--patches", type=Path, default=None, help=f"spec folder (default {default_patches_dir()})")
+    parser.add_argument("--patches", type=Path, default=None, help="a folder of hook specs to check instead of the shipped ones ($OTCA_PATCHES_DIR when set)")
     parser.add_argument("--otca_target", metavar="NAME=PATH", action="append", default=[],
                         help="also check spec NAME applied to the file at PATH (a copy of a trainer), as a launch "
                              "given the same flag does; PATH from the current folder or the checkout (repeatable)")

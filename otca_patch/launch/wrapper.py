@@ -6,14 +6,14 @@ FlowGRPO's ``accelerate launch --config_file ... scripts/train_sd3.py --config c
 given unchanged after ``--``. (``scripts/otca_run.sh`` is this command for a checkout of otca-patch.)
 
 The upstream shell scripts pass fixed arguments to torchrun / accelerate, so the ``--otca*`` flags
-travel in ``$OTCA_PATCH_ARGS`` and the startup hook (``startup/sitecustomize.py``, put first on
-``PYTHONPATH``) turns each targeted trainer process into the layer's worker. Without ``--otca`` or
+travel in ``$OTCA_PATCH_ARGS``, and a start-up hook the launch puts first on ``PYTHONPATH`` turns
+each targeted trainer process into the layer's worker. Without ``--otca`` or
 ``--otca_observe`` the script runs exactly as published: no variable is set, no hook is installed.
 
 With the layer, before anything starts: the flags (the objectives' registry names and options, the
 weights against the launched trainer's objectives, target-only flags, the log folder), and the hook
 points of every targeted file the launch names (and of every ``--otca_target`` file) are checked; a
-launched script that is no target gets doctor's verdict on it (``hooks.coverage.classify``). While it
+launched script that is no target gets doctor's verdict on it. While it
 runs, nothing trains without the layer (docs/launch-guard.md): a Python process that never checks
 in with the launch (``python -I``, ``-E``, ``-S``, ``env -i``) stops the launch once it loads torch; in a
 process the layer did not patch, the first optimizer step raises, with doctor's verdict on the code;
@@ -45,6 +45,7 @@ from ..config import OtcaConfig, parse_otca_args
 from ..files import shown_path
 from ..help_text import plain_text
 from ..hooks.errors import PatchError
+from ..hooks.copies import warn_unused_copies
 from ..hooks.explicit_targets import explicit_specs, not_overridden
 from ..hooks.prepare import rewritten
 from ..hooks.select import choose_spec
@@ -591,6 +592,7 @@ def preflight_launch(launch: Launch, workdir: Path) -> Checked:
     explicit = explicit_specs(config.otca_target, specs, workdir)
     text = command_text(launch.script, workdir, launch.command_line)
     launched = preflight(launch.script, workdir, text, not_overridden(specs, explicit, workdir))
+    warn_unused_copies(PROG, workdir, list(launched.values()), specs, config.otca_target)
     held = list(launched) + check_explicit(explicit)
     problem = None if held else unreachable(launch.script, workdir, text, specs, config)
     if problem:

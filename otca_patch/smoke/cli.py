@@ -26,15 +26,18 @@ from dataclasses import replace
 from pathlib import Path
 
 from .. import env_names
-from ..config import config_from_environment, environment_flags_note
+from ..config import OtcaConfig, config_from_environment, environment_flags_note
 from ..files import shown_path
 from ..flags import OneLineParser, add_flags, from_namespace
 from ..help_text import PlainDescriptionFormatter
 from ..hooks.checkout import check_upstream_dir
 from ..hooks.errors import PatchError
-from ..rewards.clip_libs import MissingPackage
 from ..runlog import LOG_NAME
 from ..hooks.spec import Smoke, load_specs
+from .sizes import SmokeSizes, size_help
+
+
+PROG = "otca-patch smoke"
 
 
 def smoke_targets() -> dict:
@@ -96,21 +99,29 @@ def detect_target(upstream_dir: Path, targets: dict) -> str:
 
 
 def build_parser(sizes_type) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="otca-patch smoke", description=__doc__,
-                                     formatter_class=PlainDescriptionFormatter)
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__, formatter_class=PlainDescriptionFormatter,
+                                     usage=f"{PROG} UPSTREAM_DIR OUT_DIR [--target NAME] [sizes] [--otca --otca_* ...]")
     parser.add_argument("upstream_dir", type=Path, help="upstream checkout, e.g. upstream/DanceGRPO")
     parser.add_argument("out_dir", type=Path, help="where upstream's outputs, the run log and smoke.json go")
-    parser.add_argument("--target", choices=sorted(smoke_targets()), help="default: detected from the checkout")
-    parser.add_argument("--probe", metavar="FILE.py:NAME", type=load_probe,
-                        help="tests: NAME(upstream_module, log_prob_index=...) wraps upstream's functions; its "
-                             "save(path) writes what it recorded (terms_rank<r>.pt)")
-    return add_flags(parser, sizes_type)
+    parser.add_argument("--target", choices=sorted(smoke_targets()), metavar="NAME",
+                        help="the smoke target: which trainer of the checkout runs (default: detected from the "
+                             "checkout), one of %(choices)s; for your copy of a trainer give --otca_target "
+                             "NAME=PATH as well")
+    # tests only: NAME(upstream_module, log_prob_index=...) wraps upstream's functions; its save(path)
+    # writes what it recorded (terms_rank<r>.pt)
+    parser.add_argument("--probe", metavar="FILE.py:NAME", type=load_probe, help=argparse.SUPPRESS)
+    sizes = parser.add_argument_group("sizes of the tiny run (a target's own: otca-patch smoke CHECKOUT OUT "
+                                      "--target NAME --help)")
+    add_flags(sizes, sizes_type, fallback_help=size_help)
+    layer = parser.add_argument_group("the layer's flags (as otca-patch launch takes them; none: vanilla)")
+    add_flags(layer, OtcaConfig)
+    return parser
 
 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     os.environ.setdefault(env_names.STARTED_IN, os.getcwd())  # paths are printed from here, not from the run folder
-    note = environment_flags_note("otca-patch smoke")
+    note = environment_flags_note(PROG)
     if note and os.environ.get("RANK", "0") == "0":
         print(note, file=sys.stderr, flush=True)
     try:
@@ -119,19 +130,24 @@ def main(argv=None) -> int:
         targets = smoke_targets()
         peek = OneLineParser(add_help=False)  # a mistyped --target: one line with "did you mean"
         peek.add_argument("upstream_dir", type=Path, nargs="?")
-        peek.add_argument("--target", choices=sorted(targets))
+        peek.add_argument("--target")
         known, _ = peek.parse_known_args(rest)
         if known.upstream_dir is None:
-            build_parser(smoke_module(*next(iter((n, s) for n, (_, s) in targets.items()))).Sizes).parse_args(rest)  # usage
+            build_parser(SmokeSizes).parse_args(rest)  # usage, or --help with the sizes every target has
+        if known.target is not None:
+            check_target_name(known.target, known.upstream_dir, targets)
         check_upstream_dir(known.upstream_dir)
         config = with_explicit_targets(config, known.upstream_dir)
         name = known.target or detect_target(known.upstream_dir, targets)
         smoke = targets[name][1]
         module = smoke_module(name, smoke)
+        if os.environ.get("RANK", "0") == "0":
+            trainer_notes(config, known.upstream_dir, targets[name][0])
     except ValueError as exc:
-        print(f"otca-patch smoke: error: {exc}", file=sys.stderr)
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
     args = build_parser(module.Sizes).parse_args(rest)
+    from ..rewards.clip_libs import MissingPackage  # here: imports torch, which --help does not need
     out_dir = args.out_dir.resolve()
     reward_root = out_dir / "tiny_rewards"
     try:
@@ -142,7 +158,7 @@ def main(argv=None) -> int:
         sizes = from_namespace(module.Sizes, args)
         module.run(args.upstream_dir.resolve(), out_dir, config, sizes, reward_root, probe=args.probe)
     except (PatchError, ValueError, MissingPackage) as exc:  # MissingPackage: a reward's library, one line
-        print(f"otca-patch smoke: error: {exc}", file=sys.stderr)
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
         return closing_line(name, config, out_dir, failed=2)
     except SystemExit as exc:  # a smoke module's refusal (a missing package): its message, then the verdict
         if exc.code in (0, None):
@@ -169,6 +185,47 @@ def closing_line(name: str, config, out_dir: Path, failed: int = 0) -> int:
     verdict = f"failed{'' if rank == '0' else f' on rank {rank}'} (the error above)" if failed else "passed"
     print(f"smoke: {verdict}: {name}, {mode}; {where}", file=sys.stderr if failed else sys.stdout, flush=True)
     return failed
+
+
+def check_target_name(target: str, upstream_dir: Path, targets: dict) -> None:
+    """``--target`` takes a smoke target's name; a file given there (a copy of a trainer) gets the
+    ``--otca_target`` that runs it, and a mistyped name its nearest one (a ``ValueError``)."""
+    from ..hooks.coverage import COPY, classify
+    from ..hooks.explicit_targets import FLAG, resolve_in
+    from ..hooks.spec import load_specs
+    from ..suggest import did_you_mean
+
+    if target in targets:
+        return
+    if target.endswith(".py") or "/" in target:
+        path = resolve_in(target, upstream_dir)
+        if not path.is_file():
+            raise ValueError(f"--target takes a smoke target's name, not a file, and {path} does not exist")
+        verdict = classify(path, upstream_dir, load_specs())
+        name = verdict.spec.name if verdict.kind == COPY and verdict.spec.name in targets else "NAME"
+        raise ValueError(f"--target takes a smoke target's name, not a file; to run your copy {target} give "
+                         f"{FLAG} {name}={target}" + (" (`otca-patch doctor .` names the spec that holds on it)"
+                                                       if name == "NAME" else f" (with --target {name} or none)"))
+    raise ValueError(f"--target: no smoke target {target!r}{did_you_mean(target, sorted(targets))} "
+                     f"(`otca-patch smoke --help` lists them)")
+
+
+def trainer_notes(config, upstream_dir: Path, spec) -> None:
+    """Says which trainer file runs when the user may not expect it: the ``--otca_target`` copy run
+    without the layer, or the original run while a copy of it sits beside it."""
+    from ..hooks.copies import warn_unused_copies
+    from ..hooks.spec import load_specs
+
+    if spec is None:  # a smoke without a spec of its own: no file to say anything of
+        return
+    specs = load_specs()
+    copies = [path for path, name in config.otca_target.items()
+              if next((s.file for s in specs if s.name == name), None) == spec.file]
+    if not copies:
+        warn_unused_copies(PROG, upstream_dir, [spec], specs, config.otca_target)
+    elif not config.active:
+        print(f"{PROG}: --otca_target without --otca: running your copy {shown_path(Path(copies[0]))} vanilla "
+              f"(as upstream's file would run); add --otca to run it with the layer", file=sys.stderr, flush=True)
 
 
 def with_explicit_targets(config, upstream_dir: Path):

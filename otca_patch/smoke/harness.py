@@ -14,16 +14,8 @@ from pathlib import Path
 import torch
 
 from ..config import OtcaConfig
-
-
-@dataclass
-class SmokeSizes:
-    """Every smoke run: training steps (or epochs), the learning rate, the seed of weights and noise.
-    Each field is a flag of ``otca-patch smoke`` (``flags.add_flags``)."""
-
-    steps: int = 2
-    learning_rate: float = 1e-4
-    seed: int = 0
+from ..flags import flag
+from .sizes import SmokeSizes
 
 
 @dataclass
@@ -31,12 +23,12 @@ class RolloutSizes(SmokeSizes):
     """DanceGRPO-family samplers (DanceGRPO's trainers, MixGRPO): small enough for seconds per step on 2
     CPU cores."""
 
-    sampling_steps: int = 6
-    num_generations: int = 4
-    image_size: int = 32  # pixels; latents are image_size / 8
-    timestep_fraction: float = 0.6
-    eta: float = 0.3
-    shift: float = 3.0
+    sampling_steps: int = flag("denoising steps of each rollout", 6)
+    num_generations: int = flag("samples per prompt (one prompt group)", 4)
+    image_size: int = flag("image side in pixels (latents are a eighth of it)", 32)
+    timestep_fraction: float = flag("the part of the steps that trains", 0.6)
+    eta: float = flag("the SDE sampler's noise level", 0.3)
+    shift: float = flag("the timestep schedule's shift", 3.0)
 
 
 def filled(value, sizes):

@@ -43,6 +43,12 @@ def verdict_rows(report: str) -> dict:
     return rows
 
 
+#: the report's words where it gives no label: the interval contains 0 within the threshold, or it
+#: reaches across the threshold (not decided: more seeds decide it)
+NOT_DECIDED = "not decided (the 95% interval reaches across the practical threshold: more seeds decide it)"
+NO_LABEL = ("no detectable difference", NOT_DECIDED)
+
+
 def interval_of(cell: str) -> tuple[float, float, float]:
     mean, bounds = cell.split(" [")
     low, high = bounds.rstrip("]").split(", ")
@@ -57,7 +63,7 @@ def test_a_planted_difference_is_detected_with_an_interval_that_covers_it(tmp_pa
     mean, low, high = interval_of(rows["a"][0])
     assert low <= 0.8 <= high and low > 0  # the planted +0.8 on a, inside an interval that excludes 0
     assert rows["a"][1] == "**otca better**"
-    assert rows["b"][1] == "no detectable difference"
+    assert rows["b"][1] in NO_LABEL, rows["b"][1]  # nothing planted on b: its interval reaches across the threshold
     assert rows["balanced"][1] == "**otca better**"
     assert "Stretches of 4 steps: the per-step scores repeat every 4 steps (the trainer's prompt order)" in report
     assert "averaged over 10 consecutive stretch(es) of 4 steps" in report
@@ -69,7 +75,7 @@ def test_no_difference_is_detected_where_none_was_planted(tmp_path):
     rows = verdict_rows(compare([tmp_path / "vanilla", tmp_path / "otca"], tmp_path / "out").read_text())
     for name in ("a", "b", "balanced"):
         _, low, high = interval_of(rows[name][0])
-        assert low < 0 < high and rows[name][1] == "no detectable difference", name
+        assert low < 0 < high and rows[name][1] in NO_LABEL, name
 
 
 def test_a_real_but_tiny_difference_is_negligible_and_the_threshold_flag_changes_that(tmp_path):
@@ -86,10 +92,14 @@ def test_a_real_but_tiny_difference_is_negligible_and_the_threshold_flag_changes
 
 def test_a_gap_in_one_half_only_is_not_called_a_difference(tmp_path):
     write_side(tmp_path / "vanilla", seed=1)
+    # +1.5 from step 25: the whole run's interval already reaches across the threshold; +3.0 lies beyond
+    # it over the whole run, but the halves disagree: neither is a label
     write_side(tmp_path / "otca", shift=(1.5, 0.0), seed=2, from_step=25)
     report = compare([tmp_path / "vanilla", tmp_path / "otca"], tmp_path / "out").read_text()
-    assert verdict_rows(report)["a"][1] == "no detectable difference"
-    assert "not in both halves" in report
+    assert verdict_rows(report)["a"][1] == NOT_DECIDED and "not in both halves" not in report
+    write_side(tmp_path / "otca3", shift=(3.0, 0.0), seed=2, from_step=25)
+    report = compare([tmp_path / "vanilla", tmp_path / "otca3"], tmp_path / "out3").read_text()
+    assert verdict_rows(report)["a"][1] == NOT_DECIDED and "better over the whole run, but not in both halves" in report
 
 
 def test_seeds_per_side_are_compared_over_seeds_and_counted(tmp_path):
@@ -100,7 +110,7 @@ def test_seeds_per_side_are_compared_over_seeds_and_counted(tmp_path):
     assert "| vanilla (3 runs) | otca (3 runs) |" in report
     assert "3 seeds on each side, paired by seed: the spread of the 3 per-seed differences" in report
     rows = verdict_rows(report)
-    assert rows["b"][1] == "**otca better**" and rows["a"][1] == "no detectable difference"
+    assert rows["b"][1] == "**otca better**" and rows["a"][1] in NO_LABEL
 
 
 def test_a_run_still_in_progress_is_compared_over_the_steps_both_logged(tmp_path):

@@ -123,6 +123,10 @@ def test_plain_line_names_the_separated_objectives_and_the_drift():
     differences = {"palette": _diff([-0.030, -0.025, -0.020], 0.01), "shape": _diff([0.01, -0.01, 0.0], 0.01),
                    "edges": _diff([0.002, 0.003, 0.0025], 0.04), "drift": _diff([0.005, 0.006, 0.0055], None)}
     line = plain_line(differences, ["palette", "shape", "edges"], "OTCA", "Multi-GRPO")
+    # shape's interval [-0.025, +0.025] reaches across its threshold 0.01: not decided, whatever palette says
+    assert line == "OTCA vs Multi-GRPO: palette \u22120.025, shape +0.000, edges negligible, more drift \u2192 not decided at 3 seeds"
+    differences["shape"] = _diff([0.001, -0.001, 0.0], 0.01)  # within the threshold: decided
+    line = plain_line(differences, ["palette", "shape", "edges"], "OTCA", "Multi-GRPO")
     assert line == "OTCA vs Multi-GRPO: palette \u22120.025, shape no difference, edges negligible, more drift \u2192 no gain here (worse)"
     better = {"palette": _diff([0.05, 0.06, 0.055], 0.01), "drift": _diff([0.001, -0.001, 0.0], None)}
     assert plain_line(better, ["palette"], "A", "B") == "A vs B: palette +0.055 \u2192 a gain"

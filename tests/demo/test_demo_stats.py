@@ -4,7 +4,7 @@ import math
 import numpy as np
 import pytest
 
-from otca_patch.analysis.intervals import mean_interval, pareto_verdict, sign_of
+from otca_patch.analysis.intervals import mean_interval, pareto_verdict, plain_line, sign_of
 
 
 def test_mean_interval_is_the_student_t_interval():
@@ -35,12 +35,29 @@ def test_pareto_verdicts():
     assert pareto_verdict({"a": flat, "b": flat}, "otca", "multi_grpo").startswith("Not separated")
 
 
+def test_an_interval_reaching_across_the_threshold_is_not_decided_with_its_effect_and_seeds():
+    """A label the next seeds could flip is not given: the effect, its interval and the seed count are."""
+    wide = mean_interval([-0.1, 0.0, 0.1], threshold=0.01)  # [-0.248, +0.248]: contains 0, reaches past +-0.01
+    gain_or_not = mean_interval([0.015, 0.02, 0.025], threshold=0.01)  # [+0.008, +0.032]: excludes 0, straddles +0.01
+    assert wide["verdict"] == gain_or_not["verdict"] == "not decided" and sign_of(gain_or_not) == 0
+    verdict = pareto_verdict({"palette": mean_interval([-0.001, -0.001, -0.001], threshold=0.01), "shape": wide},
+                             "otca", "sum")
+    assert verdict.startswith("Not decided at 3 seeds: ") and "shape +0.000 [-0.248, +0.248]" in verdict
+    assert "negligible on palette" in verdict
+    line = plain_line({"shape": gain_or_not}, ["shape"], "OTCA", "Multi-GRPO")
+    assert line == "OTCA vs Multi-GRPO: shape +0.020 \u2192 not decided at 3 seeds"
+    # a trade-off decided on two objectives stays one, whatever the third turns out to be
+    up, down = mean_interval([0.1, 0.11, 0.12], threshold=0.01), mean_interval([-0.2, -0.21, -0.19], threshold=0.01)
+    assert pareto_verdict({"a": up, "b": down, "c": wide}, "otca", "sum").startswith("A trade-off")
+
+
 def test_a_certain_but_tiny_difference_is_negligible_not_pareto_dominance():
     # the demo's palette case: -0.001 [-0.001, -0.001] with a practical threshold of 0.01
     tiny = mean_interval([-0.001, -0.001, -0.001], threshold=0.01)
     up = mean_interval([0.1, 0.11, 0.12], threshold=0.01)
     assert tiny["verdict"] == "negligible" and sign_of(tiny) == 0 and sign_of(up) == 1
-    verdict = pareto_verdict({"palette": tiny, "shape": mean_interval([-0.1, 0.0, 0.1], threshold=0.01)}, "otca", "sum")
+    within = mean_interval([-0.001, 0.0, 0.001], threshold=0.01)  # contains 0, wholly within the threshold
+    verdict = pareto_verdict({"palette": tiny, "shape": within}, "otca", "sum")
     assert verdict.startswith("No practical difference") and "negligible" in verdict and "palette +-0.01" in verdict
     assert pareto_verdict({"palette": tiny, "shape": up}, "otca", "sum").startswith("`otca` Pareto-dominates")
     # thresholds given to the verdict itself (call sites whose intervals carry none)
