@@ -258,7 +258,8 @@ run() {  # NAME COMMAND...: run one check, its output in $work/NAME.log, its tim
 run import-all "$py" -c '
 import importlib, pkgutil, otca_patch
 extras = {"open_clip", "hpsv2", "matplotlib", "tqdm", "PIL", "ml_collections", "absl", "peft", "wandb", "cv2",
-          "decord", "liger_kernel", "einops", "datasets", "trl", "ImageReward", "fairscale", "timm"}
+          "decord", "liger_kernel", "einops", "datasets", "trl", "ImageReward", "fairscale", "timm",
+          "torchvision"}  # of the rewards extra (open_clip needs it): the verl-omni environment has no vision models
 failed, imported = [], 0
 for module in pkgutil.walk_packages(otca_patch.__path__, "otca_patch."):
     if module.name.endswith("__main__") or module.name.startswith("otca_patch.launch.startup"):
