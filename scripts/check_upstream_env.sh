@@ -250,6 +250,7 @@ run() {  # NAME COMMAND...: run one check, its output in $work/NAME.log, its tim
     say "ok   $label ($(( $(seconds) - t0 )) s)"
   else
     tail -40 "$work/$label.log" >&2
+    kill $(jobs -pr) 2>/dev/null; wait  # checks running beside it (verl-omni) stop with it
     say "FAIL $label ($(( $(seconds) - t0 )) s): $*"; exit 1
   fi
 }
@@ -291,8 +292,9 @@ if [ "$name" = verl-omni ]; then
   export PYTHONPATH="$tests:$repo/tests" TORCH_COMPILE_DISABLE=1 OTCA_UPSTREAM_VERL_OMNI="$upstream"
   run doctor "$bin/otca-patch" doctor "$upstream"
   tail -1 "$work/doctor.log" >&2
-  upstream_tests() { (cd "$upstream" && "$py" -m pytest -p vllm_import_stand_in "$@" -p no:cacheprovider \
-    -o python_files='*_on_cpu.py' --asyncio-mode=auto -q -rA tests/trainer tests/reward_loop); }
+  # run in the background only: the job is pytest itself (exec), so a failing check beside it can stop it
+  upstream_tests() { cd "$upstream" && exec "$py" -m pytest -p vllm_import_stand_in "$@" -p no:cacheprovider \
+    -o python_files='*_on_cpu.py' --asyncio-mode=auto -q -rA tests/trainer tests/reward_loop; }
   t0=$(seconds)
   upstream_tests > "$work/upstream-without.log" 2>&1 &
   upstream_tests -p otca_plugin_loaded > "$work/upstream-with.log" 2>&1 &

@@ -236,7 +236,7 @@ def test_a_reward_that_verl_omni_would_score_0_on_failure_is_refused(tmp_path):
 
 def test_a_wrong_key_is_refused_naming_it(tmp_path):
     config = run_config(tmp_path, ["+algorithm.otca.w_mni=0.3"])
-    with pytest.raises(ValueError, match=r"algorithm.otca.w_mni: unknown key \(did you mean w_min\?\)"):
+    with pytest.raises(ValueError, match=r"algorithm.otca.w_mni: unknown key; did you mean w_min\? \(the keys: rewards, log_dir, mode, w_min"):
         v1_advantages(config, scored_batch(config, *rollout(seed=9)))
     config = run_config(tmp_path, ["+algorithm.otca.w_min=2"])
     with pytest.raises(ValueError, match=r"algorithm.otca.w_min: must lie in \[0, 1\], got 2"):
