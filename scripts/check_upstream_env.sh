@@ -305,7 +305,8 @@ if [ "$name" = verl-omni ]; then
   say "VeRL-Omni's CPU tests ran in $(( $(seconds) - t0 )) s (both runs, beside tests/verl_omni)"
   run upstream-tests "$py" "$tests/pass_sets.py" "$work/upstream-without.log" "$work/upstream-with.log"
   cat "$work/upstream-tests.log" >&2
-  say "passed: $checks checks in $(( $(seconds) - started )) s ($("$py" -c 'import torch, verl, verl_omni, transformers; print(f"torch {torch.__version__}, verl {verl.__version__}, verl-omni {verl_omni.__version__}, transformers {transformers.__version__}")'))"
+  say "passed: $checks checks in $(( $(seconds) - started )) s ($("$py" -c 'from importlib.metadata import version
+print(", ".join(f"{name} {version(name)}" for name in ("torch", "verl", "verl-omni", "transformers", "diffusers")))'))"
   exit 0
 fi
 # The README's own commands for this environment, verbatim (scripts/readme_env_commands.py: the
