@@ -55,13 +55,13 @@ started=$(seconds)
 # --- the interpreter: Python 3.10, as the upstreams use (verl-omni: 3.11)
 python_version="${python_version:-3.10}"
 python_var="OTCA_PYTHON${python_version/./}"
-python310="${!python_var:-}"
-if [ -z "$python310" ] && command -v pyenv >/dev/null 2>&1; then
-  version="$(pyenv versions --bare 2>/dev/null | grep "^${python_version//./\\.}\." | tail -1 || true)"
-  [ -n "$version" ] && python310="$(PYENV_VERSION="$version" pyenv which "python$python_version")"
+interpreter="${!python_var:-}"
+if [ -z "$interpreter" ] && command -v pyenv >/dev/null 2>&1; then
+  version="$(pyenv versions --bare 2>/dev/null | grep "^${python_version//./\\.}" | tail -1 || true)"
+  [ -n "$version" ] && interpreter="$(PYENV_VERSION="$version" pyenv which "python$python_version")"
 fi
-[ -z "$python310" ] && python310="$(command -v "python$python_version" || true)"
-if [ -z "$python310" ]; then
+[ -z "$interpreter" ] && interpreter="$(command -v "python$python_version" || true)"
+if [ -z "$interpreter" ]; then
   say "no Python $python_version found (set $python_var, or install it: pyenv install $python_version)"; exit 2
 fi
 
@@ -105,16 +105,16 @@ for snapshot in ${snapshot_installs:-}; do
   [ -f "$snapshots/$snapshot.tar.gz" ] || { say "no snapshot $snapshots/$snapshot.tar.gz to install"; exit 1; }
 done
 cache="${OTCA_ENV_CACHE:-$HOME/.cache/otca-envs}"
-key="$( (cat "$pins"; "$python310" --version; [ -z "${snapshot_installs:-}" ] || echo "$snapshot_installs") | sha256sum | cut -c1-16)"
+key="$( (cat "$pins"; "$interpreter" --version; [ -z "${snapshot_installs:-}" ] || echo "$snapshot_installs") | sha256sum | cut -c1-16)"
 env="$cache/$base_name-$key"  # an overlay reuses its base environment's cache entry
 build_log="$cache/$base_name-$key.build.log"
 if [ ! -f "$env/.otca-env-built" ]; then
-  say "building $env from envs/$name.txt with $("$python310" --version 2>&1) (first time: several minutes; log $build_log)"
+  say "building $env from envs/$name.txt with $("$interpreter" --version 2>&1) (first time: several minutes; log $build_log)"
   rm -rf "$env"
   mkdir -p "$cache"
   # marked as built only at the end: an interrupted build is rebuilt, never reused
   if ! {
-    "$python310" -m venv "$env" &&
+    "$interpreter" -m venv "$env" &&
     "$env/bin/python" -m pip install --upgrade "pip<25" "setuptools<76" wheel &&
     install_steps "$pins" "$env/bin/python" "$cache/$name-$key.steps" &&
     install_snapshots "$env/bin/python" "$cache/$name-$key.steps" &&
@@ -132,14 +132,14 @@ if [ -n "$overlay" ]; then
   # a layer over the base: its own venv, the base's site-packages behind its own (processed with their
   # .pth files), the overlay's steps installed into it with --no-deps (the file pins what they need);
   # pip leaves the base's copies alone ("outside environment"), so the base stays as its pins define it
-  layer_key="$( (cat "$pins" "$overlay"; "$python310" --version) | sha256sum | cut -c1-16)"
+  layer_key="$( (cat "$pins" "$overlay"; "$interpreter" --version) | sha256sum | cut -c1-16)"
   layer="$cache/$name-$layer_key"
   if [ ! -f "$layer/.otca-env-built" ]; then
     say "building the overlay $layer from envs/overlays/$name.txt over $env"
     rm -rf "$layer"
     base_site="$("$env/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
     if ! {
-      "$python310" -m venv "$layer" &&
+      "$interpreter" -m venv "$layer" &&
       layer_site="$("$layer/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" &&
       printf 'import site; site.addsitedir("%s")\n' "$base_site" > "$layer_site/zz-otca-base.pth" &&
       "$layer/bin/python" -m pip install --upgrade "pip<25" &&
