@@ -289,7 +289,7 @@ if [ "$name" = verl-omni ]; then
   # own trainer and reward-loop CPU tests without and with the plug-in loaded, side by side on two cores:
   # every test that passes without it must pass with it
   tests="$repo/tests/verl_omni"
-  export PYTHONPATH="$tests:$repo/tests" TORCH_COMPILE_DISABLE=1 OTCA_UPSTREAM_VERL_OMNI="$upstream"
+  export PYTHONPATH="$tests:$repo/tests" TORCH_COMPILE_DISABLE=1 WANDB_MODE=disabled OTCA_UPSTREAM_VERL_OMNI="$upstream"
   run doctor "$bin/otca-patch" doctor "$upstream"
   tail -1 "$work/doctor.log" >&2
   # run in the background only: the job is pytest itself (exec), so a failing check beside it can stop it
