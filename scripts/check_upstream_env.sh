@@ -1,19 +1,21 @@
 #!/usr/bin/env bash
 # Prove otca-patch in an upstream's own training environment:
-#   scripts/check_upstream_env.sh dancegrpo|flowgrpo|flowgrpo-diffusers|mixgrpo [--build]
-# 1. builds the environment envs/NAME.txt defines (Python 3.10; each `# step:` of the file is one
+#   scripts/check_upstream_env.sh dancegrpo|flowgrpo|flowgrpo-diffusers|mixgrpo|verl-omni [--build]
+# 1. builds the environment envs/NAME.txt defines (Python 3.10, verl-omni 3.11; each `# step:` of the file is one
 #    `pip install`, in the order of upstream's own instructions), once: it is cached under
 #    $OTCA_ENV_CACHE (default ~/.cache/otca-envs) and reused while the pins file is unchanged;
 # 2. installs this repository into it NON-editable, with its dependencies (`pip install <repo>`),
 #    and fails when that changed or removed any package the environment had (pip freeze before/after);
+#    (verl-omni: then verl and VeRL-Omni from their snapshots in ../shared/upstream/, with --no-deps);
 # 3. checks that every module imports there, then runs the README's own commands for NAME verbatim
 #    (its `<!-- check_upstream_env: NAME -->` block: doctor, the smoke runs without and with --otca)
 #    in the upstream checkout, and checks each --otca run log's credit against the credit engine
-#    recomputed from the logged rewards and progress;
+#    recomputed from the logged rewards and progress (verl-omni instead: doctor, tests/verl_omni in the
+#    environment, and VeRL-Omni's own trainer and reward-loop CPU tests without and with the plug-in);
 # 4. uninstalls what step 2 added, so the cached environment stays as its pins define it.
 # The upstream checkout: $OTCA_UPSTREAM_DANCEGRPO / _FLOW_GRPO / _MIXGRPO, the populated
 # submodule, or the pinned snapshot in ../shared/upstream/ (unpacked to a temporary folder).
-# OTCA_PYTHON310 picks the interpreter (default: pyenv's 3.10, else python3.10 on PATH).
+# OTCA_PYTHON310 (OTCA_PYTHON311 for verl-omni) picks the interpreter (default: pyenv's, else pythonX.Y on PATH).
 # --build: step 1 only (with an overlay's base), then exit; .ci/run builds the environments two at a time
 # this way before it checks them one after another.
 set -euo pipefail
@@ -36,7 +38,11 @@ case "$name" in
   # the Kontext / Qwen-Image trainers: envs/flowgrpo.txt with envs/overlays/flowgrpo-diffusers.txt layered on top
   flowgrpo-diffusers) upstream_name=flow_grpo; upstream_var=OTCA_UPSTREAM_FLOW_GRPO; marker=scripts/train_sd3.py
     snapshot_commit=9745241; overlay="$repo/envs/overlays/$name.txt" ;;
-  *) echo "usage: $0 dancegrpo|flowgrpo|flowgrpo-diffusers|mixgrpo [--build]" >&2; exit 2 ;;
+  # VeRL-Omni: the plug-in otca_patch.verl_omni (docs/verl-omni.md); Python 3.11 (envs/verl-omni.txt says why)
+  verl-omni) upstream_name=verl-omni; upstream_var=OTCA_UPSTREAM_VERL_OMNI
+    marker=verl_omni/trainer/diffusion/ray_diffusion_trainer.py; python_version=3.11
+    snapshot_installs="verl-8a69493 verl-omni-a1139ba" ;;
+  *) echo "usage: $0 dancegrpo|flowgrpo|flowgrpo-diffusers|mixgrpo|verl-omni [--build]" >&2; exit 2 ;;
 esac
 overlay="${overlay:-}"
 base_name="$name"
@@ -46,15 +52,17 @@ say() { echo "check_upstream_env[$name]: $*" >&2; }
 seconds() { date +%s; }
 started=$(seconds)
 
-# --- the interpreter: Python 3.10, as both upstreams use
-python310="${OTCA_PYTHON310:-}"
-if [ -z "$python310" ] && command -v pyenv >/dev/null 2>&1; then
-  version="$(pyenv versions --bare 2>/dev/null | grep '^3\.10' | tail -1 || true)"
-  [ -n "$version" ] && python310="$(PYENV_VERSION="$version" pyenv which python3.10)"
+# --- the interpreter: Python 3.10, as the upstreams use (verl-omni: 3.11)
+python_version="${python_version:-3.10}"
+python_var="OTCA_PYTHON${python_version/./}"
+interpreter="${!python_var:-}"
+if [ -z "$interpreter" ] && command -v pyenv >/dev/null 2>&1; then
+  version="$(pyenv versions --bare 2>/dev/null | grep "^${python_version//./\\.}" | tail -1 || true)"
+  [ -n "$version" ] && interpreter="$(PYENV_VERSION="$version" pyenv which "python$python_version")"
 fi
-[ -z "$python310" ] && python310="$(command -v python3.10 || true)"
-if [ -z "$python310" ]; then
-  say "no Python 3.10 found (set OTCA_PYTHON310, or install it: pyenv install 3.10)"; exit 2
+[ -z "$interpreter" ] && interpreter="$(command -v "python$python_version" || true)"
+if [ -z "$interpreter" ]; then
+  say "no Python $python_version found (set $python_var, or install it: pyenv install $python_version)"; exit 2
 fi
 
 # --- 1. the environment, built once per pins file and interpreter
@@ -85,19 +93,31 @@ print(pathlib.Path(s.origin).parent / "src/open_clip/bpe_simple_vocab_16e6.txt.g
     cp "$folder/wheel/open_clip/bpe_simple_vocab_16e6.txt.gz" "$target" &&
     echo "=== hpsv2: tokenizer vocabulary restored at $target"
 }
+install_snapshots() {  # PYTHON FOLDER: the upstreams installed from their snapshots (--no-deps), for verl-omni
+  local py="$1" folder="$2" snapshot
+  for snapshot in ${snapshot_installs:-}; do
+    mkdir -p "$folder/$snapshot" && tar xzf "$snapshots/$snapshot.tar.gz" -C "$folder/$snapshot" &&
+      "$py" -m pip install --no-compile --no-deps "$folder/$snapshot"/*/ || return 1
+  done
+}
+snapshots="${OTCA_SHARED:-$repo/../shared}/upstream"
+for snapshot in ${snapshot_installs:-}; do
+  [ -f "$snapshots/$snapshot.tar.gz" ] || { say "no snapshot $snapshots/$snapshot.tar.gz to install"; exit 1; }
+done
 cache="${OTCA_ENV_CACHE:-$HOME/.cache/otca-envs}"
-key="$( (cat "$pins"; "$python310" --version) | sha256sum | cut -c1-16)"
+key="$( (cat "$pins"; "$interpreter" --version; [ -z "${snapshot_installs:-}" ] || echo "$snapshot_installs") | sha256sum | cut -c1-16)"
 env="$cache/$base_name-$key"  # an overlay reuses its base environment's cache entry
 build_log="$cache/$base_name-$key.build.log"
 if [ ! -f "$env/.otca-env-built" ]; then
-  say "building $env from envs/$name.txt with $("$python310" --version 2>&1) (first time: several minutes; log $build_log)"
+  say "building $env from envs/$name.txt with $("$interpreter" --version 2>&1) (first time: several minutes; log $build_log)"
   rm -rf "$env"
   mkdir -p "$cache"
   # marked as built only at the end: an interrupted build is rebuilt, never reused
   if ! {
-    "$python310" -m venv "$env" &&
+    "$interpreter" -m venv "$env" &&
     "$env/bin/python" -m pip install --upgrade "pip<25" "setuptools<76" wheel &&
     install_steps "$pins" "$env/bin/python" "$cache/$name-$key.steps" &&
+    install_snapshots "$env/bin/python" "$cache/$name-$key.steps" &&
     restore_hpsv2_vocabulary "$env/bin/python" "$cache/$name-$key.steps"
   } > "$build_log" 2>&1; then
     tail -30 "$build_log" >&2
@@ -112,14 +132,14 @@ if [ -n "$overlay" ]; then
   # a layer over the base: its own venv, the base's site-packages behind its own (processed with their
   # .pth files), the overlay's steps installed into it with --no-deps (the file pins what they need);
   # pip leaves the base's copies alone ("outside environment"), so the base stays as its pins define it
-  layer_key="$( (cat "$pins" "$overlay"; "$python310" --version) | sha256sum | cut -c1-16)"
+  layer_key="$( (cat "$pins" "$overlay"; "$interpreter" --version) | sha256sum | cut -c1-16)"
   layer="$cache/$name-$layer_key"
   if [ ! -f "$layer/.otca-env-built" ]; then
     say "building the overlay $layer from envs/overlays/$name.txt over $env"
     rm -rf "$layer"
     base_site="$("$env/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
     if ! {
-      "$python310" -m venv "$layer" &&
+      "$interpreter" -m venv "$layer" &&
       layer_site="$("$layer/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" &&
       printf 'import site; site.addsitedir("%s")\n' "$base_site" > "$layer_site/zz-otca-base.pth" &&
       "$layer/bin/python" -m pip install --upgrade "pip<25" &&
@@ -156,7 +176,6 @@ if [ -z "$upstream" ]; then
   spec="$(grep -l "^upstream = \"$upstream_name\"" "$repo"/patches/*/*.toml | head -1 || true)"
   commit="${snapshot_commit:-$( [ -z "$spec" ] || sed -n 's/^verified_commit = "\(.......\).*/\1/p' "$spec")}"
   # no spec yet (a target being written): the one snapshot there is
-  snapshots="${OTCA_SHARED:-$repo/../shared}/upstream"
   snapshot="$(ls "$snapshots/$upstream_name-${commit:-}"*.tar.gz 2>/dev/null | head -1 || true)"
   snapshot="${snapshot:-$snapshots/$upstream_name-${commit:-COMMIT}.tar.gz}"
   if [ ! -f "$snapshot" ]; then
@@ -231,6 +250,7 @@ run() {  # NAME COMMAND...: run one check, its output in $work/NAME.log, its tim
     say "ok   $label ($(( $(seconds) - t0 )) s)"
   else
     tail -40 "$work/$label.log" >&2
+    kill $(jobs -pr) 2>/dev/null; wait  # checks running beside it (verl-omni) stop with it
     say "FAIL $label ($(( $(seconds) - t0 )) s): $*"; exit 1
   fi
 }
@@ -239,7 +259,8 @@ run() {  # NAME COMMAND...: run one check, its output in $work/NAME.log, its tim
 run import-all "$py" -c '
 import importlib, pkgutil, otca_patch
 extras = {"open_clip", "hpsv2", "matplotlib", "tqdm", "PIL", "ml_collections", "absl", "peft", "wandb", "cv2",
-          "decord", "liger_kernel", "einops", "datasets", "trl", "ImageReward", "fairscale", "timm"}
+          "decord", "liger_kernel", "einops", "datasets", "trl", "ImageReward", "fairscale", "timm",
+          "torchvision"}  # of the rewards extra (open_clip needs it): the verl-omni environment has no vision models
 failed, imported = [], 0
 for module in pkgutil.walk_packages(otca_patch.__path__, "otca_patch."):
     if module.name.endswith("__main__") or module.name.startswith("otca_patch.launch.startup"):
@@ -262,6 +283,32 @@ files = [p for folder in sys.argv[1:] for p in sorted(pathlib.Path(folder).rglob
 for path in files:
     compile(path.read_text(), str(path), "exec")
 print(f"{len(files)} files compile")' "$repo/tests" "$repo/scripts"
+if [ "$name" = verl-omni ]; then
+  # the plug-in's contract on the checkout; tests/verl_omni in this environment (VeRL-Omni imports vLLM,
+  # which has no CPU build: an import-only stand-in, tests/verl_omni/vllm_import_stand_in.py); VeRL-Omni's
+  # own trainer and reward-loop CPU tests without and with the plug-in loaded, side by side on two cores:
+  # every test that passes without it must pass with it
+  tests="$repo/tests/verl_omni"
+  export PYTHONPATH="$tests:$repo/tests" TORCH_COMPILE_DISABLE=1 WANDB_MODE=disabled OTCA_UPSTREAM_VERL_OMNI="$upstream"
+  run doctor "$bin/otca-patch" doctor "$upstream"
+  tail -1 "$work/doctor.log" >&2
+  # run in the background only: the job is pytest itself (exec), so a failing check beside it can stop it
+  upstream_tests() { cd "$upstream" && exec "$py" -m pytest -p vllm_import_stand_in "$@" -p no:cacheprovider \
+    -o python_files='*_on_cpu.py' --asyncio-mode=auto -q -rA tests/trainer tests/reward_loop; }
+  t0=$(seconds)
+  upstream_tests > "$work/upstream-without.log" 2>&1 &
+  upstream_tests -p otca_plugin_loaded > "$work/upstream-with.log" 2>&1 &
+  run plugin-tests "$py" -m pytest -p vllm_import_stand_in -p no:cacheprovider --rootdir "$repo" --confcutdir "$tests" \
+    -o python_files="test_*.py env_test_*.py" -q "$tests"
+  tail -1 "$work/plugin-tests.log" >&2
+  wait
+  say "VeRL-Omni's CPU tests ran in $(( $(seconds) - t0 )) s (both runs, beside tests/verl_omni)"
+  run upstream-tests "$py" "$tests/pass_sets.py" "$work/upstream-without.log" "$work/upstream-with.log"
+  cat "$work/upstream-tests.log" >&2
+  say "passed: $checks checks in $(( $(seconds) - started )) s ($("$py" -c 'from importlib.metadata import version
+print(", ".join(f"{name} {version(name)}" for name in ("torch", "verl", "verl-omni", "transformers", "diffusers")))'))"
+  exit 0
+fi
 # The README's own commands for this environment, verbatim (scripts/readme_env_commands.py: the
 # doctor and smoke lines of its `<!-- check_upstream_env: NAME -->` block), run in the upstream
 # checkout with the environment's bin/ first on PATH (as after `source .../bin/activate`). Each smoke run's folder is emptied first; an --otca run's log is then checked

@@ -219,6 +219,8 @@ for entry in "${runs[@]}"; do
 done
 wait
 report_done
+# the VeRL-Omni plug-in (docs/verl-omni.md): its training step needs VeRL-Omni's own GPU environment
+not_run+=("NOT RUN $(printf '%-26s' verl-omni) the payload carries no VeRL-Omni environment (vLLM 0.27.0 and vllm-omni, CUDA builds of several GB, and a diffusion model); its CPU check is scripts/check_upstream_env.sh verl-omni")
 [ "${#not_run[@]}" -gt 0 ] && printf '%s\n' "${not_run[@]}"
 
 # ---- the launch rehearsal: upstream's own launch script end to end, set-up lines included, with no

@@ -23,6 +23,7 @@ LAYERS = (
     ("rewards",),  # reward models, registry
     ("stand_ins", "tiny_models"),  # CPU stand-ins of what GPU trainers call; tiny models in the real layouts
     ("objective_set", "runlog"),  # a run's objectives; the run log
+    ("verl_omni",),  # OTCA as VeRL-Omni advantage estimators (a plug-in; doctor checks its contract)
     ("hooks",),  # the hook engine: specs, anchors, rewrite, doctor
     ("targets",),  # the runtimes the inserted code calls, and what a rewritten run checks across ranks
     ("launch", "tools"),  # running a rewritten script; rebase

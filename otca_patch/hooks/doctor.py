@@ -129,6 +129,10 @@ def main(argv=None) -> int:
                         help="also check spec NAME applied to the file at PATH (a copy of a trainer), as a launch "
                              "given the same flag does; PATH from the current folder or the checkout (repeatable)")
     args = parser.parse_args(argv)
+    from ..verl_omni import doctor as verl_omni_doctor  # VeRL-Omni has a plug-in, not hook specs
+
+    if verl_omni_doctor.is_checkout(args.upstream_dir) and not args.otca_target:
+        return verl_omni_doctor.main(args.upstream_dir)
     try:
         check_upstream_dir(args.upstream_dir)
         specs = load_specs(args.patches)
