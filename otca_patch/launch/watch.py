@@ -360,14 +360,17 @@ class TreeWatch:
             key = (str(pid), info[2])
             if key in self.checked and self.covered(pid, key):
                 continue  # the common case, one readlink: the maps of a torch process are long
-            if loads_torch(pid) and not self.covered(pid, key):
+            # covered first, then torch: an exec between the two reads (a fork of a checked-in trainer
+            # becoming `/sbin/ldconfig -p`, as ctypes' find_library starts it) drops the inherited check-in
+            # and torch's maps together, so this order never sees torch without a check-in that was there
+            if not self.covered(pid, key) and loads_torch(pid):
                 suspects.append((pid, key))
         if training:
             self.training_seen = uptime()
         if not suspects:
             return []
         self.read_checkins()  # a check-in written before the scan is in the record now
-        return [pid for pid, key in suspects if not self.covered(pid, key)]
+        return [pid for pid, key in suspects if not self.covered(pid, key) and loads_torch(pid)]
 
     def cause(self, pid: int) -> str:
         """Why ``pid`` never checked in: an exec in place, a fork of a process that did not, or why the
