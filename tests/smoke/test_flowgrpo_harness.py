@@ -4,6 +4,7 @@ the family's harness, the tiny model, the sizes and config keys the trainer adds
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -124,6 +125,9 @@ def test_the_smoke_flags_of_a_table_trainer_are_its_sizes(tmp_path):
                              "--target", "flowgrpo-sd3-fast", "--help"], capture_output=True, text=True, timeout=300,
                             env={**os.environ, "OTCA_PATCH_ARGS": ""})
     assert result.returncode == 0, result.stderr
-    flags = " ".join(result.stdout.split())
-    assert "--sde_window_size SDE_WINDOW_SIZE (default: 2)" in flags and "--num_steps NUM_STEPS (default: 6)" in flags
-    assert "--sde_type SDE_TYPE (default: cps)" in flags
+    # each flag's entry: its name and metavar, then its description ending in its default
+    entries = {entry.split()[0]: " ".join(entry.split())
+               for entry in re.split(r"\n  (?=--)|\n\n", result.stdout) if entry.strip().startswith("--")}
+    assert entries["--sde_window_size"].startswith("--sde_window_size SDE_WINDOW_SIZE ")
+    assert entries["--sde_window_size"].endswith("(default: 2)") and entries["--num_steps"].endswith("(default: 6)")
+    assert entries["--sde_type"].endswith("(default: cps)")
