@@ -16,6 +16,7 @@ from ..credit import modes, similarity_to_final, step_progress
 from .invariants import TrainedStepCheck
 from ..objective_set import UpstreamRewards
 from .base import Runtime
+from .distributed import world
 from .flowgrpo_groups import group_ids_from_keys, prompt_keys
 
 #: upstream's key for the unweighted-by-steps [B] avg (upstream repeats "avg" itself to [B, T])
@@ -173,10 +174,24 @@ class FlowGrpoRuntime(Runtime):
         """Upstream's mask ``[B]`` (rows with a nonzero advantage, on the advantages trained), except
         in a mode that is vanilla's credit (``sum``), for A/B parity: there the rows vanilla keeps. Upstream's
         ``(r - mean) / (std + 1e-4)`` leaves ~1e-13 in a constant group (kept) where the layer
-        computes exactly 0 (dropped), so the mask of upstream's own advantages decides."""
-        if self.observing or not modes.get(self.credit_config.mode).vanilla or self.upstream_advantages is None:
+        computes exactly 0 (dropped), so the mask of upstream's own advantages decides. Where the mask
+        keeps no row of this rank, its first row (see below)."""
+        if self.observing:
             return mask
-        return self.upstream_advantages.abs().sum(dim=1) != 0
+        if modes.get(self.credit_config.mode).vanilla and self.upstream_advantages is not None:
+            return self.upstream_advantages.abs().sum(dim=1) != 0
+        if mask.numel() and not bool(mask.any()):
+            # Every row's credit is 0 here (MOCA zeroes a row whose objectives disagree, so with several
+            # objectives this is far likelier than vanilla's all-constant groups). Upstream would keep no
+            # row: its reshape of 0 rows raises on this rank and the other ranks wait in their next
+            # collective. The first row trains at its zero advantage instead, as the rows upstream's own
+            # rule adds to fill its batches do.
+            mask = mask.clone()
+            mask[0] = True
+            print(f"otca-patch: rank {world()[0]}: every row's credit is 0 in training step {self.step + 1}; its "
+                  f"first row trains at advantage 0 (upstream's filter would leave this rank no row to train)",
+                  file=sys.stderr, flush=True)
+        return mask
 
     # ---- hook: record_kept_samples (main, after the zero-advantage filter)
     def record_kept(self, mask: torch.Tensor) -> None:
