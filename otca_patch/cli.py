@@ -18,7 +18,7 @@ COMMANDS = {
     "run": ("otca_patch.launch", "run one upstream trainer script with the layer installed, in this process"),
     "ab": ("otca_patch.ab.cli", "A/B run: vanilla (observed) and OTCA sides of one launch, then compare"),
     "rebase": ("otca_patch.tools.rebase", "try upstream commit REF per target (hooks, smoke), in a plain clone or a submodule"),
-    "compare": ("otca_patch.analysis.compare", "report.md and plots from two or more run folders (A/B, ablations)"),
+    "compare": ("otca_patch.analysis.compare_command", "report.md and plots from two or more run folders (A/B, ablations)"),
     "eval": ("otca_patch.evaluation.cli", "generate and score images from upstream checkpoints: the paper's Table 1"),
 }
 

@@ -161,7 +161,7 @@ def test_help_imports_neither_torch_nor_the_plotting_and_model_libraries():
              "            main([name, '--help'])\n"
              "        except SystemExit:\n"
              "            pass\n"
-             "    heavy = [m for m in ('torch', 'matplotlib', 'diffusers', 'transformers') if m in sys.modules]\n"
+             "    heavy = [m for m in ('torch', 'matplotlib', 'scipy', 'diffusers', 'transformers') if m in sys.modules]\n"
              "    print(name, *heavy)\n")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=600,
                           cwd=Path(__file__).resolve().parents[1])

@@ -329,7 +329,8 @@ def render_markdown(result: dict, command: str) -> str:
         "Controls: `tcd_batch` keeps only TCD's batch-mean step schedule (if it matches `tcd`, TCD's per-trajectory "
         "credit adds nothing here); `multi_grpo_moca_rms` is Multi-GRPO shrunk to MOCA's advantage RMS (if it matches "
         "`moca`, MOCA acts as a smaller step); `moca_beta0`, `moca_centred`, `moca_group` change MOCA's bias and fusion. "
-        "Peers (comparison methods, docs/credit.md section 8): `coca`, `tempflow`, `marble`.",
+        "Peers (other papers' step credit, run here for comparison; they are not OTCA): `coca` (CoCA), `tempflow` "
+        "(TempFlow-GRPO), `marble` (MARBLE).",
         "",
         *timing_lines(result),
         f"Wall time: {result['seconds']['total']:.0f} s.",

@@ -152,7 +152,7 @@ def test_one_run_alone_gets_its_pictures_without_wandb(tmp_path):
 
 
 def test_compare_on_folders_that_do_not_exist_names_them(tmp_path, capsys):
-    from otca_patch.analysis.compare import main
+    from otca_patch.analysis.compare_command import main
 
     runs = tmp_path / "ab_runs" / "x"
     assert main([str(runs / "vanilla"), str(runs / "otca"), "--out", str(runs / "compare")]) == 2

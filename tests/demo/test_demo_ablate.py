@@ -1,6 +1,7 @@
 """``otca-patch ablate``: the Table-4 layout with controls, the credit options it needs, and a tiny
 end-to-end run."""
 import json
+import re
 
 import pytest
 import torch
@@ -74,6 +75,7 @@ def test_tiny_ablation_writes_the_table(tmp_path, capsys):
     assert set(result["comparisons"]) == {"otca", "tcd_batch", "moca_group"}
     text = (tmp_path / "ablation.md").read_text()
     assert "OTCA (TCD + MOCA)" in text and "fusion=group" in text
+    assert re.findall(r"``|otca_patch|\w+\.py\b|docs/|credit\.md|section \d|\bspec \d", text) == []  # no internal notes
     assert "| Method |" in capsys.readouterr().out
 
 
