@@ -339,7 +339,7 @@ class TreeWatch:
         own, holds a checked-in program's token (a fork)."""
         programs = self.checked.get(key)
         if programs is None:
-            return bool(self.token_names & held_tokens(pid))
+            return bool(self.token_names & held_tokens(pid)) or self.forked_from_covered(pid)
         if "" in programs:  # a side without memory files: the pid and start time are all there is
             return True
         if any(holds(pid, program) for program in programs):
@@ -347,7 +347,28 @@ class TreeWatch:
                 self.fingerprints[key] = fingerprint(pid)
                 self.seen_as[key] = command_line(pid)
             return True
-        return self.fingerprints.get(key, ()) == fingerprint(pid) != ()
+        return self.fingerprints.get(key, ()) == fingerprint(pid) != () or self.forked_from_covered(pid)
+
+    def forked_from_covered(self, pid: int, depth: int = 0) -> bool:
+        """Whether ``pid`` runs what its covered parent runs, exactly as the kernel set both up (program
+        file, command line, environment): a fork found without the inherited check-in (its descriptor
+        closed in it or in the trainer before the fork; once in CI, a DataLoader worker of the rehearsed
+        FLUX trainer). An exec in place shows a new fingerprint, and a Python started with its parent's
+        exact command line and environment runs the start-up hook itself."""
+        info = stat(pid)
+        if info is None or depth > 64:
+            return False
+        parent = info[1]
+        parent_info = stat(parent) if parent > 1 and parent != self.root else None
+        if parent_info is None:
+            return False
+        mine = fingerprint(pid)
+        if mine == () or mine != fingerprint(parent):
+            return False
+        parent_key = (str(parent), parent_info[2])
+        if parent_key in self.checked:
+            return self.covered(parent, parent_key)
+        return bool(self.token_names & held_tokens(parent)) or self.forked_from_covered(parent, depth + 1)
 
     def late(self) -> list[int]:
         """Processes that have loaded torch without running a checked-in program."""
@@ -386,6 +407,10 @@ class TreeWatch:
                     f"which never checked in: {unseen}")
         parent = info[1] if info is not None else 0
         if parent > 1 and parent != self.root and command_line(parent) == command_line(pid) and is_python(parent):
+            parent_info = stat(parent)
+            if parent_info is not None and self.covered(parent, (str(parent), parent_info[2])):
+                return (f"its parent pid {parent}, with the same command line, checked in, but this process holds "
+                        f"neither that check-in nor the parent's program file and environment (it changed them)")
             return (f"it is a fork of pid {parent}, which never checked in either: "
                     f"{why_unseen(parent, self.startup_dir, self.record_variable)}")
         return unseen
