@@ -32,7 +32,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -45,9 +44,10 @@ from ..hooks.errors import PatchError
 from ..hooks.spec import TargetSpec
 from ..runlog import LOG_NAME
 from . import preflight, reach, watch
-from .preflight import PROG, STARTUP_DIR, Checked, Launch, Refused, preflight_launch, read_launch, setup_note
+from .preflight import (PROG, STARTUP_DIR, Checked, Launch, Refused, preflight_launch, read_launch,
+                        setup_note)
 from .wandb_note import panels_note
-from .record import failures, read_events, read_scripts
+from .record import create_record, failures, read_events, read_scripts
 
 
 def shapes(specs: list[TargetSpec], workdir: Path) -> str:
@@ -69,12 +69,14 @@ def write_trainer_keys(specs: list[TargetSpec], workdir: Path, record: Path) -> 
 
 
 def compile_startup_hook() -> None:
-    """Bytecode for the start-up hook and the files it loads (the variables' names, the copy rule), so that each process of the launch
-    (also under PYTHONDONTWRITEBYTECODE) does not compile them again."""
+    """Bytecode for the start-up hook and the files it loads (the variables' names, the launch record, the
+    copy rule), so that each process of the launch (also under PYTHONDONTWRITEBYTECODE) does not compile
+    them again."""
     import py_compile
 
     package = STARTUP_DIR.parent.parent
-    for source in (STARTUP_DIR / "sitecustomize.py", package / "env_names.py", package / "hooks" / "resemblance.py"):
+    for source in (STARTUP_DIR / "sitecustomize.py", package / "env_names.py", package / "launch" / "record.py",
+                   package / "hooks" / "resemblance.py"):
         try:
             py_compile.compile(str(source), doraise=True)
         except (OSError, py_compile.PyCompileError):
@@ -125,17 +127,6 @@ def no_target_message(ran: list[str], code: int = 0, text: str = "", path: str |
     return (f"the launch ended and no process ran a file the layer targets, so nothing trained with the layer; "
             f"Python scripts that ran: {', '.join(shown) or 'none'} (`otca-patch doctor .` lists the targeted "
             f"files; for a copy of one add --otca_target NAME=PATH)")
-
-
-def record_file(workdir: Path) -> Path:
-    """Where the launch's processes say what they ran: in the launch's folder, which processes that a
-    launcher starts on other machines usually share, else in the temporary folder."""
-    try:
-        handle, path = tempfile.mkstemp(prefix=".otca-launch-", suffix=".record", dir=workdir)
-    except OSError:
-        handle, path = tempfile.mkstemp(prefix="otca-launch-", suffix=".record")
-    os.close(handle)
-    return Path(path)
 
 
 def run_and_wait(command: list[str], env: dict, tree: watch.TreeWatch | None = None) -> int:
@@ -266,7 +257,7 @@ def start(launch: Launch, checked: Checked, workdir: Path) -> tuple[Path, Path, 
     """The launch record, the trainers' line keys and the environment every process inherits; says
     what the layer does in one line (and once, when wandb's panels will not appear)."""
     config = launch.config
-    record = record_file(workdir)
+    record = create_record(workdir)
     keys = write_trainer_keys(checked.specs, workdir, record)
     compile_startup_hook()
     env = dict(os.environ)
