@@ -180,7 +180,7 @@ def warn_of_copies(options: dict, target: Path, checkout: Path) -> None:
             named = next((rest[i + 1] for i, token in enumerate(rest[:-1]) if token == "--target"), None)
             running, where = [smokes[named or detect_target(target, smokes)][0]], target
         else:
-            from ..launch.wrapper import preflight
+            from ..launch.preflight import preflight
 
             running = list(preflight(target, checkout, None, not_overridden(specs, [], checkout)).values())
             where = checkout

@@ -1,7 +1,7 @@
 """What a launch's command can reach, read from its text before anything runs: the targeted files it
 names (as paths or ``-m`` modules) and where they are from the working directory, the other Python
 entries it names, the set-up commands it runs first, and the upstream checkouts near the working
-directory or the script. ``wrapper.py`` refuses an ``--otca`` launch that can reach no targeted
+directory or the script. ``preflight.py`` refuses an ``--otca`` launch that can reach no targeted
 trainer, naming what it found instead.
 """
 from __future__ import annotations

@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 
 from . import record
+from .record import TICKS, stat  # a process's identity: the one reader of /proc/PID/stat
 
 #: seconds between two looks at the process tree
 POLL_S = 0.2
@@ -40,7 +41,6 @@ TERM_WAIT_S = 10.0
 #: the program or ``-m`` module of a trainer or its launcher: while one runs, the training goes on
 TRAINING = {"otca_patch.launch.worker", "torchrun", "torch.distributed.run", "torch.distributed.launch", "accelerate",
             "deepspeed"}
-TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 PR_SET_CHILD_SUBREAPER = 36
 
 
@@ -107,16 +107,6 @@ def loads_torch(pid: int) -> bool:
     except OSError:
         return False
     return any(library in maps for library in TORCH_LIBRARIES)
-
-
-def stat(pid: int) -> tuple[str, int, str, float] | None:
-    """``(state, parent pid, start time, CPU seconds)`` of ``pid``, or None once it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            fields = handle.read().rsplit(b")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return fields[0].decode(), int(fields[1]), fields[19].decode(), (int(fields[11]) + int(fields[12])) / TICKS
 
 
 def started(pid: int) -> float:

@@ -123,7 +123,7 @@ def with_startup_hook(flags: str) -> dict:
     """The environment of a process that ``scripts/otca_run.sh`` started with ``flags``: the startup
     hook on PYTHONPATH (this checkout's package behind it) and the flags in ``$OTCA_PATCH_ARGS``."""
     from otca_patch.env_names import ARGS
-    from otca_patch.launch.wrapper import STARTUP_DIR
+    from otca_patch.launch.preflight import STARTUP_DIR
 
     return {ARGS: flags, "PYTHONPATH": os.pathsep.join([str(STARTUP_DIR), str(REPO)])}
 

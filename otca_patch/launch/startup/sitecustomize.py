@@ -29,9 +29,10 @@ set by the wrapper) every process:
   worker disarms it once the layer is installed (``runner.py``), so only a process the layer did not
   patch is stopped, whatever its file is called.
 
-The variables' names are ``otca_patch/env_names.py``'s, loaded by its path. This folder holds this
-file only, so nothing else becomes importable as a top-level module. Any other sitecustomize on the
-path still runs.
+The variables' names are ``otca_patch/env_names.py``'s, and the record's lines and this process's
+identity (pid and start time) ``otca_patch/launch/record.py``'s, each loaded by its path. This folder
+holds this file only, so nothing else becomes importable as a top-level module. Any other
+sitecustomize on the path still runs.
 """
 import os
 import sys
@@ -41,6 +42,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 PACKAGE = os.path.dirname(os.path.dirname(HERE))
 RESEMBLANCE = os.path.join(PACKAGE, "hooks", "resemblance.py")
 ENV_NAMES = os.path.join(PACKAGE, "env_names.py")
+RECORD_PY = os.path.join(PACKAGE, "launch", "record.py")
 
 
 def _load(name, path):
@@ -54,12 +56,18 @@ def _load(name, path):
     return module
 
 
-try:
-    NAMES = _load("_otca_patch_env_names", ENV_NAMES)  # the variables the launch sets (env_names.py)
-except BaseException as exc:  # the launch put this hook here: never run a process unpatched unseen
-    sys.stderr.write(f"otca-patch: error: the start-up hook cannot read {ENV_NAMES} ({type(exc).__name__}: {exc})\n")
-    sys.stderr.flush()
-    os._exit(2)
+def _load_or_stop(name, path):
+    try:
+        return _load(name, path)
+    except BaseException as exc:  # the launch put this hook here: never run a process unpatched unseen
+        sys.stderr.write(f"otca-patch: error: the start-up hook cannot read {path} ({type(exc).__name__}: {exc})\n")
+        sys.stderr.flush()
+        os._exit(2)
+
+
+NAMES = _load_or_stop("_otca_patch_env_names", ENV_NAMES)  # the variables the launch sets (env_names.py)
+#: the launch record's lines and this process's identity (launch/record.py)
+LAUNCH_RECORD = _load_or_stop("_otca_patch_launch_record", RECORD_PY)
 
 
 def _fail(message):
@@ -70,19 +78,10 @@ def _fail(message):
 
 
 def _record_error(message):
-    """The launch relays the first error (the same JSON line as ``launch.record.record_error``)."""
-    record = os.environ.get(NAMES.RECORD)
-    if record:
-        import json
-        import socket
-
-        try:
-            with open(record, "a") as handle:
-                handle.write(json.dumps({"event": "error", "pid": os.getpid(), "host": socket.gethostname(),
-                                         "rank": os.environ.get("RANK"), "script": sys.argv[0] if sys.argv else "",
-                                         "message": message}) + "\n")
-        except OSError:
-            pass
+    """The launch relays the first error (the same line as ``launch.record.record_error``)."""
+    if os.environ.get(NAMES.RECORD):
+        script = sys.argv[0] if sys.argv else ""
+        _record([LAUNCH_RECORD.event_line(LAUNCH_RECORD.ERROR_EVENT, script, message=message)])
 
 
 def _asks_for_layer(args, script):
@@ -92,15 +91,6 @@ def _asks_for_layer(args, script):
         return bool({"--otca", "--otca_observe"} & set(shlex.split(args)))
     except ValueError as exc:
         _fail(f"${NAMES.ARGS} cannot be read ({exc}); refusing to run {script}")
-
-
-def _start_time():
-    """This process's start time (clock ticks since boot): with the PID, what the wrapper knows it by."""
-    try:
-        with open("/proc/self/stat", "rb") as handle:
-            return handle.read().rsplit(b")", 1)[1].split()[19].decode()
-    except (OSError, IndexError):
-        return "?"
 
 
 def _program():
@@ -114,24 +104,15 @@ def _program():
         return ""
 
 
-def _check_in(program, shown):
-    return f"checkin\t{os.getpid()}\t{_start_time()}\t{program}\t{' '.join(shown.split())}"
-
-
 def _check_in_forks(program, shown):
     """Each process forked from this one, by ``os.fork`` (multiprocessing, DataLoader workers), checks
     in as it starts: it runs this program with this process's state, so it is as safe as this one."""
-    os.register_at_fork(after_in_child=lambda: _record([_check_in(program, f"fork of pid {os.getppid()}: {shown}")]))
+    os.register_at_fork(
+        after_in_child=lambda: _record([LAUNCH_RECORD.checkin_line(program, f"fork of pid {os.getppid()}: {shown}")]))
 
 
 def _record(lines):
-    record = os.environ.get(NAMES.RECORD)
-    if record:
-        try:
-            with open(record, "a") as handle:  # one short append: atomic with O_APPEND
-                handle.write("".join(line + "\n" for line in lines))
-        except OSError:
-            pass  # a process that cannot check in is stopped by the wrapper, which says so
+    LAUNCH_RECORD.append_to(os.environ.get(NAMES.RECORD), lines)  # a process that cannot check in is stopped
 
 
 def _module_command():
@@ -481,16 +462,16 @@ def _main():
         return
     program = _program()
     shown, file, module, options = _what_runs()
-    lines = [_check_in(program, shown)]
+    lines = [LAUNCH_RECORD.checkin_line(program, shown)]
     _check_in_forks(program, shown)
     if file is not None:
         target = _targeted(file, targets, shown)
         if target is not None:
             _record(lines)
             _become_worker(target, shown, file, module, options)
-        lines.append(f"ran\t{file if module is None else shown}")
+        lines.append(LAUNCH_RECORD.ran_line(file if module is None else shown))
     elif module is not None and module != WORKER_MODULE:  # a module that is no source file here
-        lines.append(f"ran\t{shown}")
+        lines.append(LAUNCH_RECORD.ran_line(shown))
     _record(lines)
     if file is not None and not _installed(file):
         nearest = _nearest_spec(file, copies_only=True)
