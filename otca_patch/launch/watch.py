@@ -339,26 +339,20 @@ class TreeWatch:
             return True
         return self.fingerprints.get(key, ()) == fingerprint(pid) != () or self.forked_from_covered(pid)
 
-    def forked_from_covered(self, pid: int, depth: int = 0) -> bool:
+    def forked_from_covered(self, pid: int) -> bool:
         """Whether ``pid`` runs what its covered parent runs, exactly as the kernel set both up (program
         file, command line, environment): a fork found without the inherited check-in (its descriptor
         closed in it or in the trainer before the fork; once in CI, a DataLoader worker of the rehearsed
         FLUX trainer). An exec in place shows a new fingerprint, and a Python started with its parent's
         exact command line and environment runs the start-up hook itself."""
         info = stat(pid)
-        if info is None or depth > 64:
-            return False
-        parent = info[1]
+        parent = info[1] if info is not None else 0
         parent_info = stat(parent) if parent > 1 and parent != self.root else None
         if parent_info is None:
             return False
         mine = fingerprint(pid)
-        if mine == () or mine != fingerprint(parent):
-            return False
-        parent_key = (str(parent), parent_info[2])
-        if parent_key in self.checked:
-            return self.covered(parent, parent_key)
-        return bool(self.token_names & held_tokens(parent)) or self.forked_from_covered(parent, depth + 1)
+        # up the tree, one parent at a time, only while each runs exactly what its child runs
+        return mine != () and mine == fingerprint(parent) and self.covered(parent, (str(parent), parent_info[2]))
 
     def late(self) -> list[int]:
         """Processes that have loaded torch without running a checked-in program."""
