@@ -342,8 +342,8 @@ class TreeWatch:
     def forked_from_covered(self, pid: int) -> bool:
         """Whether ``pid`` runs what its covered parent runs, exactly as the kernel set both up (program
         file, command line, environment): a fork found without the inherited check-in (its descriptor
-        closed in it or in the trainer before the fork; once in CI, a DataLoader worker of the rehearsed
-        FLUX trainer). An exec in place shows a new fingerprint, and a Python started with its parent's
+        closed in it or in the trainer before the fork, as a DataLoader worker of the rehearsed FLUX
+        trainer was seen). An exec in place shows a new fingerprint, and a Python started with its parent's
         exact command line and environment runs the start-up hook itself."""
         info = stat(pid)
         parent = info[1] if info is not None else 0
