@@ -4,20 +4,22 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
 from otca_patch.smoke import hang_report
 
 STUCK = """
-import sys, threading, time
+import threading, time
 from otca_patch.smoke import hang_report
-hang_report.arm()
+inside = threading.Event()
 def waiting_for_a_reward():
+    inside.set()
     time.sleep(120)
 threading.Thread(target=waiting_for_a_reward, daemon=True).start()
+inside.wait()
 def waiting_in_a_collective():
+    hang_report.arm()  # both threads are inside their functions from here on
     print("armed", flush=True)
     time.sleep(120)
 waiting_in_a_collective()
@@ -40,7 +42,6 @@ def test_a_process_past_the_limit_prints_every_threads_stack_and_exits_1():
 def test_sigterm_prints_every_threads_stack_then_ends_the_process_as_sigterm_does():
     process = stuck_process(**{hang_report.HANG_ENV: "0"})
     assert process.stdout.readline().strip() == "armed"
-    time.sleep(0.2)
     process.send_signal(signal.SIGTERM)
     out, err = process.communicate(timeout=60)
     assert process.returncode == -signal.SIGTERM
